@@ -1,0 +1,387 @@
+"""Accountant objects: thin, plain-Python wrappers around ``dp_accounting``.
+
+Accountants are consulted between compiled rounds and are never traced (ARCHITECTURE principle 4). Privacy
+is described by ``dp_accounting`` events; all Rényi-DP and privacy-loss-distribution mathematics is done by
+``dp_accounting`` itself. Units: epsilon is in nats (natural log), delta is a probability, counts are
+numbers of mechanism invocations.
+
+Neighbouring relation: add/remove one record (``dp_accounting``'s default) unless the accountant is built
+with ``neighboring_relation=...``. Noise multipliers are noise standard deviation divided by the L2
+sensitivity under that relation.
+
+Known ``dp_accounting`` 0.6.0 limitation: neither its RDP nor its PLD accountant supports
+``SampledWithReplacementDpEvent`` (and only RDP with ``replace_one`` supports
+``SampledWithoutReplacementDpEvent``). Composing an unsupported event raises
+:class:`dp_accounting.UnsupportedEventError`; use :mod:`jaxfl.accounting.closed_forms` (Ullman's rule) or a
+dedicated accountant for those.
+"""
+from __future__ import annotations
+
+import copy as _copy
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import dp_accounting
+import numpy as np
+from dp_accounting import pld as _pld
+from dp_accounting import rdp as _rdp
+
+from jaxfl.accounting import _validate
+
+NeighboringRelation = dp_accounting.NeighboringRelation
+DpEvent = dp_accounting.DpEvent
+UnsupportedEventError = dp_accounting.UnsupportedEventError
+
+#: dp_accounting's default RDP orders (fractional 1.1..10.9, integers 11..63, 128, 256, 512, 1024).
+DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+
+
+@runtime_checkable
+class Accountant(Protocol):
+    """What every registered accountant offers (RDP, PLD, and later ones such as DP-REC's)."""
+
+    name: str
+
+    def compose(self, event: DpEvent, count: int = 1) -> "Accountant": ...
+
+    def epsilon(self, delta: float) -> float: ...
+
+    def delta(self, epsilon: float) -> float: ...
+
+    def copy(self) -> "Accountant": ...
+
+    @property
+    def events(self) -> tuple[tuple[DpEvent, int], ...]: ...
+
+
+def _relation(value: Any) -> NeighboringRelation:
+    if isinstance(value, NeighboringRelation):
+        return value
+    if isinstance(value, str):
+        key = value.strip().upper().replace("-", "_")
+        try:
+            return NeighboringRelation[key]
+        except KeyError:
+            pass
+    names = ", ".join(r.name.lower() for r in NeighboringRelation)
+    raise ValueError(f"neighboring_relation must be one of {names}, got {value!r}")
+
+
+class _DpAccountingAccountant:
+    """Shared machinery: history of (event, count), validation, copying, dp_accounting aliases.
+
+    Subclasses implement ``_supports``, ``_compose``, ``_epsilon``, ``_delta`` and ``_config``.
+    """
+
+    name: str = ""
+
+    def __init__(self, neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
+        self._relation = _relation(neighboring_relation)
+        self._events: list[tuple[DpEvent, int]] = []
+        self._builder = dp_accounting.DpEventBuilder()
+
+    # -- subclass hooks -------------------------------------------------------------------------------
+    def _config(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _supports(self, event: DpEvent) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _compose(self, event: DpEvent, count: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _epsilon(self, delta: float) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _delta(self, epsilon: float) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _shared(self) -> list[Any]:
+        """Objects that copies share instead of deep-copying (caches)."""
+        return []
+
+    # -- public interface -----------------------------------------------------------------------------
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        """The neighbouring-dataset relation the accountant assumes."""
+        return self._relation
+
+    @property
+    def events(self) -> tuple[tuple[DpEvent, int], ...]:
+        """The composed history, as ``(event, count)`` pairs in composition order."""
+        return tuple(self._events)
+
+    @property
+    def ledger(self) -> DpEvent:
+        """The composed history as one ``dp_accounting`` event (``NoOpDpEvent`` when empty)."""
+        return self._builder.build()
+
+    def supports(self, event: DpEvent) -> bool:
+        """Whether ``event`` can be composed."""
+        return bool(self._supports(event))
+
+    def compose(self, event: DpEvent, count: int = 1) -> "_DpAccountingAccountant":
+        """Composes ``event`` ``count`` times (``count`` >= 0 invocations); returns ``self``.
+
+        Raises ``UnsupportedEventError`` (naming the event) when ``dp_accounting`` cannot account it.
+        """
+        if not isinstance(event, DpEvent):
+            raise ValueError(f"event must be a dp_accounting.DpEvent, got {event!r}")
+        count = _validate.count(count, "count")
+        if not self._supports(event):
+            raise UnsupportedEventError(
+                f"the {self.name!r} accountant ({self._relation.name.lower()} neighbours) cannot "
+                f"account {event!r}")
+        if count:  # composing zero times is a no-op and leaves no trace in the history
+            self._compose(event, count)
+            self._builder.compose(event, count)
+            self._events.append((event, count))
+        return self
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest epsilon (nats) such that the composed history is (epsilon, delta)-DP."""
+        return float(self._epsilon(_validate.delta(delta)))
+
+    def delta(self, epsilon: float) -> float:
+        """Smallest delta such that the composed history is (epsilon, delta)-DP (epsilon >= 0, nats)."""
+        return float(self._delta(_validate.epsilon(epsilon, allow_zero=True)))
+
+    def copy(self) -> "_DpAccountingAccountant":
+        """An independent accountant with the same configuration and composed history."""
+        return _copy.deepcopy(self, {id(obj): obj for obj in self._shared()})
+
+    def rebuild(self) -> "_DpAccountingAccountant":
+        """A fresh accountant of the same configuration that recomposes :attr:`events` one by one."""
+        new = type(self)(**self._config())
+        for event, count in self._events:
+            new.compose(event, count)
+        return new
+
+    # dp_accounting.PrivacyAccountant-style aliases, so these objects can stand in for one.
+    def get_epsilon(self, target_delta: float) -> float:
+        return self.epsilon(target_delta)
+
+    def get_delta(self, target_epsilon: float) -> float:
+        return self.delta(target_epsilon)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._config()!r}, events={len(self._events)})"
+
+
+def _unwrap_self_composed(event: DpEvent, count: int) -> tuple[DpEvent, int]:
+    while isinstance(event, dp_accounting.SelfComposedDpEvent):
+        event, count = event.event, count * event.count
+    return event, count
+
+
+class RdpAccountant(_DpAccountingAccountant):
+    """Rényi-DP accountant over ``dp_accounting.rdp``, with the modern RDP -> (eps, delta) conversion
+    (Balle et al. 2020 / Canonne et al. 2020) of ``dp_accounting.rdp.compute_epsilon``.
+
+    The RDP curve of each distinct event is computed once by a fresh ``dp_accounting.rdp.RdpAccountant`` and
+    cached (shared with copies), since RDP composes additively; the totals are bit-identical to composing
+    into one ``dp_accounting`` accountant.
+
+    Args:
+      orders: Rényi orders alpha > 1; ``None`` uses ``dp_accounting``'s default orders
+        (:data:`DEFAULT_RDP_ORDERS`). Fractional orders give a slightly pessimistic (safe) RDP.
+      neighboring_relation: ``"add_or_remove_one"`` (default), ``"replace_one"`` or ``"replace_special"``.
+    """
+
+    name = "rdp"
+
+    def __init__(self, orders: Sequence[float] | None = None,
+                 neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
+        if orders is None:
+            orders = DEFAULT_RDP_ORDERS
+        orders = tuple(float(a) for a in np.asarray(orders, dtype=np.float64).ravel())
+        if not orders or min(orders) < 1.0:
+            raise ValueError(f"orders must be a non-empty sequence of values >= 1, got {orders!r}")
+        super().__init__(neighboring_relation)
+        self._orders = orders
+        self._total = np.zeros(len(orders), dtype=np.float64)
+        self._cache: dict[DpEvent, np.ndarray] = {}
+
+    def _fresh(self) -> Any:
+        return _rdp.RdpAccountant(orders=list(self._orders), neighboring_relation=self._relation)
+
+    def _config(self) -> dict[str, Any]:
+        return {"orders": self._orders, "neighboring_relation": self._relation}
+
+    def _shared(self) -> list[Any]:
+        return [self._cache]
+
+    def _supports(self, event: DpEvent) -> bool:
+        return self._fresh().supports(event)
+
+    def _unit_rdp(self, event: DpEvent) -> np.ndarray:
+        try:
+            return self._cache[event]
+        except TypeError:  # unhashable event (holds a list): no caching
+            return self._compute_unit_rdp(event)
+        except KeyError:
+            rdp = self._cache[event] = self._compute_unit_rdp(event)
+            return rdp
+
+    def _compute_unit_rdp(self, event: DpEvent) -> np.ndarray:
+        acc = self._fresh()
+        acc.compose(event, 1)
+        rdp = np.array(acc._rdp, dtype=np.float64)  # pylint: disable=protected-access
+        rdp.setflags(write=False)
+        return rdp
+
+    def _compose(self, event: DpEvent, count: int) -> None:
+        event, count = _unwrap_self_composed(event, count)
+        if count:  # a nested SelfComposedDpEvent may have count 0
+            self._total = self._total + count * self._unit_rdp(event)
+
+    def _epsilon(self, delta: float) -> float:
+        return _rdp.compute_epsilon(self._orders, self._total, delta)[0]
+
+    def _delta(self, epsilon: float) -> float:
+        return _rdp.rdp_privacy_accountant.compute_delta(self._orders, self._total, epsilon)[0]
+
+    @property
+    def orders(self) -> np.ndarray:
+        """The Rényi orders, float64[num_orders]."""
+        return np.asarray(self._orders, dtype=np.float64)
+
+    @property
+    def rdp(self) -> np.ndarray:
+        """The composed RDP curve (nats) at :attr:`orders`, float64[num_orders] (a copy)."""
+        return self._total.copy()
+
+    def epsilon_and_order(self, delta: float) -> tuple[float, float]:
+        """``(epsilon, optimal order)`` at ``delta``."""
+        eps, order = _rdp.compute_epsilon(self._orders, self._total, _validate.delta(delta))
+        return float(eps), float(order)
+
+
+class PldAccountant(_DpAccountingAccountant):
+    """Privacy-loss-distribution accountant (``dp_accounting.pld.PLDAccountant``, pessimistic estimate).
+
+    Args:
+      value_discretization_interval: width of the privacy-loss grid (nats); smaller is tighter and slower.
+      neighboring_relation: ``"add_or_remove_one"`` (default), ``"replace_one"`` or ``"replace_special"``.
+    """
+
+    name = "pld"
+
+    def __init__(self, value_discretization_interval: float = 1e-4,
+                 neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
+        super().__init__(neighboring_relation)
+        self._vdi = _validate.positive(value_discretization_interval, "value_discretization_interval")
+        self._acc = _pld.PLDAccountant(neighboring_relation=self._relation,
+                                       value_discretization_interval=self._vdi)
+
+    def _config(self) -> dict[str, Any]:
+        return {"value_discretization_interval": self._vdi, "neighboring_relation": self._relation}
+
+    def _supports(self, event: DpEvent) -> bool:
+        return self._acc.supports(event)
+
+    def _compose(self, event: DpEvent, count: int) -> None:
+        self._acc.compose(event, count)
+
+    def _epsilon(self, delta: float) -> float:
+        return self._acc.get_epsilon(delta)
+
+    def _delta(self, epsilon: float) -> float:
+        return self._acc.get_delta(epsilon)
+
+    @property
+    def value_discretization_interval(self) -> float:
+        """Width of the privacy-loss grid (nats)."""
+        return self._vdi
+
+
+#: Registry of accountant factories by name; ``register_accountant`` adds more (e.g. "dprec").
+ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
+    "rdp": RdpAccountant,
+    "pld": PldAccountant,
+}
+
+
+def register_accountant(name: str, factory: Callable[..., Accountant], *, overwrite: bool = False) -> None:
+    """Registers ``factory(**kw) -> Accountant`` under ``name`` for :func:`make_accountant` and the CLI."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"accountant name must be a non-empty string, got {name!r}")
+    if name in ACCOUNTANTS and not overwrite:
+        raise ValueError(f"accountant {name!r} is already registered")
+    ACCOUNTANTS[name] = factory
+
+
+def available_accountants() -> tuple[str, ...]:
+    """Names accepted by :func:`make_accountant`, sorted."""
+    return tuple(sorted(ACCOUNTANTS))
+
+
+def make_accountant(name: str, **kwargs: Any) -> Accountant:
+    """A fresh accountant by registry name (``"rdp"``, ``"pld"``, ...); ``kwargs`` go to its constructor."""
+    try:
+        factory = ACCOUNTANTS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown accountant {name!r}; choose from {', '.join(available_accountants())}") from None
+    return factory(**kwargs)
+
+
+SAMPLING_SCHEMES = ("poisson", "with_replacement", "none")
+
+
+def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: int = 1,
+                   sampling: str = "poisson", dataset_size: int | None = None,
+                   sample_size: int | None = None) -> DpEvent:
+    """The ``dp_accounting`` event of ``steps`` (sub)sampled Gaussian-mechanism releases.
+
+    Args:
+      noise_multiplier: noise standard deviation / L2 sensitivity (> 0, unitless).
+      sampling_rate: Poisson inclusion probability q in (0, 1]; q = 1 is the plain Gaussian.
+      steps: number of releases (>= 0); 0 gives ``NoOpDpEvent``.
+      sampling: ``"poisson"`` (``PoissonSampledDpEvent``), ``"with_replacement"``
+        (``SampledWithReplacementDpEvent``, needs ``dataset_size`` and ``sample_size``; not accountable by
+        dp_accounting 0.6.0's RDP/PLD accountants) or ``"none"`` (``GaussianDpEvent``; q must be 1).
+      dataset_size: records n the sample is drawn from (``"with_replacement"`` only).
+      sample_size: records K drawn per step (``"with_replacement"`` only).
+
+    Returns:
+      The event of one step, wrapped in ``SelfComposedDpEvent`` when ``steps > 1``.
+    """
+    sigma = _validate.positive(noise_multiplier, "noise_multiplier")
+    q = _validate.sampling_rate(sampling_rate)
+    steps = _validate.count(steps, "steps")
+    gauss = dp_accounting.GaussianDpEvent(sigma)
+    if sampling == "poisson":
+        event = gauss if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, gauss)
+    elif sampling == "none":
+        if q != 1.0:
+            raise ValueError(f"sampling='none' needs sampling_rate 1.0, got {sampling_rate!r}")
+        event = gauss
+    elif sampling == "with_replacement":
+        if dataset_size is None or sample_size is None:
+            raise ValueError("sampling='with_replacement' needs dataset_size and sample_size")
+        n = _validate.count(dataset_size, "dataset_size", minimum=1)
+        k = _validate.count(sample_size, "sample_size", minimum=1)
+        if q != 1.0 and not np.isclose(q, k / n):
+            raise ValueError(
+                f"sampling_rate {sampling_rate!r} disagrees with sample_size/dataset_size = {k}/{n}")
+        event = dp_accounting.SampledWithReplacementDpEvent(n, k, gauss)
+    else:
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLING_SCHEMES)}, got {sampling!r}")
+    if steps == 0:
+        return dp_accounting.NoOpDpEvent()
+    return event if steps == 1 else dp_accounting.SelfComposedDpEvent(event, steps)
+
+
+def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float) -> tuple[float, float]:
+    """``(epsilon, optimal order)`` of an RDP curve at ``delta``, by ``dp_accounting.rdp.compute_epsilon``
+    (the modern conversion). Use for mechanisms whose RDP curve is known but have no ``DpEvent``."""
+    delta = _validate.delta(delta)
+    eps, order = _rdp.compute_epsilon(list(orders), list(rdp), delta)
+    return float(eps), float(order)
+
+
+def rdp_to_delta(orders: Sequence[float], rdp: Sequence[float], epsilon: float) -> tuple[float, float]:
+    """``(delta, optimal order)`` of an RDP curve at ``epsilon`` (nats), by ``dp_accounting``."""
+    epsilon = _validate.epsilon(epsilon, allow_zero=True)
+    d, order = _rdp.rdp_privacy_accountant.compute_delta(list(orders), list(rdp), epsilon)
+    return float(d), float(order)

@@ -1,0 +1,249 @@
+"""Privacy ledgers consulted by the driver between compiled rounds.
+
+:class:`SiloLedger` accounts inter-silo record-level DP (ISRL-DP, seed 000/002): every silo's own transcript
+is accounted separately, with respect to one record of *that* silo, so silos with different data sizes
+(different sampling rates, different noise) get different epsilons. Silos whose per-round events are
+identical share one accountant (the RDP/PLD work is done once per distinct event).
+
+:class:`CentralLedger` is the same object with a single accountant for the whole dataset (central DP, e.g.
+user-level DP-FedAvg).
+
+Both are plain Python objects: ``record`` after each round, ``rounds_within_budget`` before running more.
+Units: epsilon in nats, delta a probability, rounds a count.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from jaxfl.accounting import _validate
+from jaxfl.accounting.accountants import Accountant, DpEvent, UnsupportedEventError, make_accountant
+
+
+def _group(events: Sequence[DpEvent]) -> tuple[list[DpEvent], np.ndarray]:
+    """Distinct events (by value) and, per silo, the index of its distinct event."""
+    unique: list[DpEvent] = []
+    by_hash: dict[DpEvent, int] = {}
+    unhashable: list[int] = []
+    group_of = np.empty(len(events), dtype=np.int64)
+    for i, event in enumerate(events):
+        try:
+            g = by_hash.get(event)
+            if g is None:
+                g = by_hash[event] = len(unique)
+                unique.append(event)
+        except TypeError:  # events holding lists (ComposedDpEvent, ...) are unhashable
+            g = next((j for j in unhashable if unique[j] == event), None)
+            if g is None:
+                g = len(unique)
+                unique.append(event)
+                unhashable.append(g)
+        group_of[i] = g
+    return unique, group_of
+
+
+class SiloLedger:
+    """Per-silo (ISRL-DP) privacy ledger.
+
+    Args:
+      silo_events: one ``dp_accounting`` event per silo describing what that silo releases in *one round*
+        (e.g. ``gaussian_event(sigma_i, q_i, local_steps)``), or a single event shared by all silos together
+        with ``num_silos``.
+      accountant: registry name (``"rdp"``, ``"pld"``, ...).
+      num_silos: number of silos when ``silo_events`` is a single event.
+      **accountant_kw: passed to the accountant constructor (e.g. ``orders=``, ``neighboring_relation=``).
+    """
+
+    def __init__(self, silo_events: DpEvent | Sequence[DpEvent], accountant: str = "rdp", *,
+                 num_silos: int | None = None, **accountant_kw: Any):
+        if isinstance(silo_events, DpEvent):
+            if num_silos is None:
+                raise ValueError("a single shared event needs num_silos")
+            events = [silo_events] * _validate.count(num_silos, "num_silos", minimum=1)
+        else:
+            events = list(silo_events)
+            if not events:
+                raise ValueError("silo_events must not be empty")
+            if num_silos is not None and _validate.count(num_silos, "num_silos", minimum=1) != len(events):
+                raise ValueError(f"num_silos={num_silos!r} but {len(events)} silo events were given")
+        for i, event in enumerate(events):
+            if not isinstance(event, DpEvent):
+                raise ValueError(f"silo_events[{i}] must be a dp_accounting.DpEvent, got {event!r}")
+        self._accountant_name = accountant
+        self._accountant_kw = dict(accountant_kw)
+        self._events = tuple(events)
+        self._unique, self._group_of = _group(events)
+        self._accountants: list[Accountant] = []
+        for event in self._unique:
+            acc = make_accountant(accountant, **accountant_kw)
+            supports = getattr(acc, "supports", None)
+            if supports is not None and not supports(event):
+                raise UnsupportedEventError(f"the {accountant!r} accountant cannot account {event!r}")
+            self._accountants.append(acc)
+        self._rounds = 0
+
+    # -- inspection -----------------------------------------------------------------------------------
+    @property
+    def accountant_name(self) -> str:
+        """Registry name of the accountant in use."""
+        return self._accountant_name
+
+    @property
+    def num_silos(self) -> int:
+        return len(self._events)
+
+    @property
+    def rounds(self) -> int:
+        """Rounds recorded so far."""
+        return self._rounds
+
+    @property
+    def silo_events(self) -> tuple[DpEvent, ...]:
+        """The per-round event of each silo."""
+        return self._events
+
+    @property
+    def num_groups(self) -> int:
+        """Number of distinct per-round events, i.e. of accountants actually run."""
+        return len(self._unique)
+
+    @property
+    def group_index(self) -> np.ndarray:
+        """int64[num_silos]: the accountant group of each silo."""
+        return self._group_of.copy()
+
+    # -- recording ------------------------------------------------------------------------------------
+    def record(self, rounds: int = 1) -> "SiloLedger":
+        """Composes every silo's per-round event ``rounds`` (>= 0) more times; returns ``self``."""
+        rounds = _validate.count(rounds, "rounds")
+        if rounds:
+            for acc, event in zip(self._accountants, self._unique):
+                acc.compose(event, rounds)
+            self._rounds += rounds
+        return self
+
+    def copy(self) -> "SiloLedger":
+        """An independent ledger with the same events and history."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._accountants = [acc.copy() for acc in self._accountants]
+        return new
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs: the ledger is rebuilt from its (static) events by recomposing."""
+        return {"accountant": self._accountant_name, "num_silos": self.num_silos, "rounds": self._rounds}
+
+    def load_state_dict(self, state: dict[str, Any]) -> "SiloLedger":
+        """Restores a fresh ledger built with the same events from :meth:`state_dict` (recomposes the
+        recorded rounds, so a resumed run accounts its whole history); returns ``self``."""
+        if self._rounds:
+            raise ValueError(f"load_state_dict needs a fresh ledger, this one has {self._rounds} rounds")
+        if state.get("accountant") != self._accountant_name:
+            raise ValueError(f"state is for accountant {state.get('accountant')!r}, "
+                             f"ledger uses {self._accountant_name!r}")
+        if state.get("num_silos") != self.num_silos:
+            raise ValueError(f"state is for {state.get('num_silos')!r} silos, ledger has {self.num_silos}")
+        return self.record(state["rounds"])
+
+    # -- queries --------------------------------------------------------------------------------------
+    def _deltas(self, delta: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        arr = np.asarray(delta, dtype=np.float64)
+        if arr.ndim == 0:
+            arr = np.full(self.num_silos, float(_validate.delta(float(arr))))
+        elif arr.shape != (self.num_silos,):
+            raise ValueError(f"delta must be a scalar or have shape ({self.num_silos},), got {arr.shape}")
+        for d in arr:
+            _validate.delta(float(d))
+        return arr
+
+    def _groups_deltas(self, deltas: np.ndarray) -> list[list[float]]:
+        per_group: list[list[float]] = [[] for _ in self._unique]
+        for g, d in zip(self._group_of, deltas):
+            if float(d) not in per_group[g]:
+                per_group[g].append(float(d))
+        return per_group
+
+    def epsilons(self, delta: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        """float64[num_silos]: each silo's epsilon (nats) so far, at ``delta`` (scalar, or one per silo,
+        e.g. ``1 / n_i**2``)."""
+        deltas = self._deltas(delta)
+        cache: dict[tuple[int, float], float] = {}
+        out = np.empty(self.num_silos, dtype=np.float64)
+        for i, (g, d) in enumerate(zip(self._group_of, deltas)):
+            key = (int(g), float(d))
+            if key not in cache:
+                cache[key] = self._accountants[g].epsilon(float(d))
+            out[i] = cache[key]
+        return out
+
+    def epsilon(self, delta: float | Sequence[float] | np.ndarray) -> float:
+        """The worst silo's epsilon (nats) so far: the ISRL-DP guarantee of the whole run."""
+        return float(self.epsilons(delta).max())
+
+    def _within(self, t: int, target: float, per_group: list[list[float]]) -> bool:
+        for acc, event, deltas in zip(self._accountants, self._unique, per_group):
+            trial = acc.copy().compose(event, t) if t else acc
+            if any(trial.epsilon(d) > target for d in deltas):
+                return False
+        return True
+
+    def can_record(self, epsilon: float, delta: float | Sequence[float] | np.ndarray, rounds: int = 1) -> bool:
+        """Whether recording ``rounds`` more rounds keeps every silo within (epsilon, delta)."""
+        target = _validate.epsilon(epsilon)
+        rounds = _validate.count(rounds, "rounds")
+        return self._within(rounds, target, self._groups_deltas(self._deltas(delta)))
+
+    def rounds_within_budget(self, epsilon: float, delta: float | Sequence[float] | np.ndarray,
+                             max_rounds: int) -> int:
+        """The largest t in [0, max_rounds] such that recording t more rounds keeps every silo's epsilon
+        <= ``epsilon`` at ``delta``; 0 also when the ledger is already over budget. Does not mutate the
+        ledger. Exponential then binary search (epsilon is non-decreasing in t)."""
+        target = _validate.epsilon(epsilon)
+        max_rounds = _validate.count(max_rounds, "max_rounds")
+        per_group = self._groups_deltas(self._deltas(delta))
+        if max_rounds == 0 or not self._within(0, target, per_group):
+            return 0
+        good, bad = 0, None
+        t = 1
+        while t < max_rounds:
+            if self._within(t, target, per_group):
+                good, t = t, 2 * t
+            else:
+                bad = t
+                break
+        if bad is None:
+            if self._within(max_rounds, target, per_group):
+                return max_rounds
+            bad = max_rounds
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if self._within(mid, target, per_group):
+                good = mid
+            else:
+                bad = mid
+        return good
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(accountant={self._accountant_name!r}, num_silos={self.num_silos}, "
+                f"groups={self.num_groups}, rounds={self._rounds})")
+
+
+class CentralLedger(SiloLedger):
+    """Central-DP ledger: one accountant for the whole dataset (e.g. user-level DP-FedAvg). Same interface as
+    :class:`SiloLedger` with ``num_silos == 1``.
+
+    Args:
+      event: what one round releases about the whole dataset, as a ``dp_accounting`` event.
+      accountant: registry name; ``**accountant_kw`` go to its constructor.
+    """
+
+    def __init__(self, event: DpEvent, accountant: str = "rdp", **accountant_kw: Any):
+        if not isinstance(event, DpEvent):
+            raise ValueError(f"event must be a dp_accounting.DpEvent, got {event!r}")
+        super().__init__([event], accountant, **accountant_kw)
+
+    @property
+    def event(self) -> DpEvent:
+        """The per-round event."""
+        return self._events[0]

@@ -1,0 +1,78 @@
+"""DP-FedAvg (McMahan et al. 2018): client-level clipping of model deltas + central Gaussian noise.
+
+The baseline the DP-REC issue compares against. Clients take part by Poisson sampling with rate
+``q``; each runs non-private local SGD, clips its delta to ``C``, and the server adds
+``N(0, (z C)^2 I)`` to the sum and divides by the expected number of clients ``q N`` (a fixed,
+public denominator, so the sum's sensitivity to adding or removing one client is ``C``).
+"""
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxfl.algorithms.common import apply_server_update, check_private_args, init_server
+from jaxfl.engine import local
+from jaxfl.engine.participation import poisson
+from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
+from jaxfl.engine.rounds import make_round
+from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy.clipping import clip_update
+from jaxfl.privacy.noise import add_gaussian_noise
+
+
+def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int, client_rate,
+              clip_norm, noise_multiplier, server_opt: optax.GradientTransformation | None = None,
+              batch_size: int | None = None, name: str = "dp_fedavg") -> FederatedAlgorithm:
+    """Builds DP-FedAvg.
+
+    Args:
+      loss_fn: per-example loss ``(params, x, y) -> scalar``.
+      client_opt: the clients' optimizer for ``local_steps`` steps on minibatches of
+        ``batch_size`` (with replacement; ``None``: full local batch).
+      client_rate: ``q``, the Poisson probability that a client takes part in a round.
+      clip_norm: ``C``, the L2 bound on each client's model delta.
+      noise_multiplier: ``z``; noise std on the sum of clipped deltas is ``z C``.
+      server_opt: applied to the noisy mean delta (default ``optax.sgd(1.0)``).
+
+    Privacy (user level: add/remove one client, central): per round
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
+    """
+    check_private_args(clip_norm, noise_multiplier)
+    if isinstance(client_rate, (int, float)) and not 0.0 < client_rate <= 1.0:
+        raise ValueError(f"client_rate must be in (0, 1], got {client_rate}")
+    if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
+        raise ValueError("dp_fedavg needs a finite clip_norm")
+    sampler = local.make_sampler(batch_size)
+    server_opt = optax.sgd(1.0) if server_opt is None else server_opt
+
+    def client(params, x, y, count, silo_key):
+        def gradient(p, step):
+            return local.noisy_gradient(loss_fn, p, x, y, count, silo_key, step, sampler=sampler,
+                                        clip_norm=math.inf, noise_multiplier=0.0)
+
+        final, _ = local.local_steps(params, num_steps=int(local_steps), client_opt=client_opt, gradient_fn=gradient)
+        delta = jax.tree_util.tree_map(lambda a, b: a - b, params, final)
+        clipped, norm = clip_update(delta, clip_norm)
+        return clipped, {"delta_norm": norm, "clipped_fraction": (norm > clip_norm).astype(jnp.float32)}
+
+    def server(state, summed, ctx):
+        noise_key = keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=0,
+                                               purpose=keys_lib.Purpose.NOISE)
+        noisy = add_gaussian_noise(noise_key, summed, noise_multiplier * clip_norm)
+        expected = client_rate * jnp.sum(ctx.counts > 0).astype(jnp.float32)
+        inverse = 1.0 / expected  # reciprocal: see engine/local.py
+        mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
+        return apply_server_update(server_opt, state, mean), {"update_norm": optax.tree.norm(mean)}
+
+    def privacy(counts):
+        event = dp_accounting.PoissonSampledDpEvent(float(client_rate),
+                                                    dp_accounting.GaussianDpEvent(float(noise_multiplier)))
+        return RoundPrivacy(events=(event,), level="client")
+
+    return FederatedAlgorithm(init=init_server(server_opt),
+                              round=make_round(client, server, poisson(client_rate)),
+                              privacy=privacy, name=name)

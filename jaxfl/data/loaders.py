@@ -1,0 +1,333 @@
+"""Loaders for the real datasets, returning host numpy arrays ``(x, y)``.
+
+Every file is located through :mod:`jaxfl.data.sources` (explicit ``data_dir``, ``$JAXFL_DATA_DIR``,
+``../shared/data``, ``~/.cache/jaxfl``), verified against the registry's sha256 before it is parsed,
+and downloaded from its canonical source only when missing and ``download=True``.
+
+Labels are returned as ``int32`` (never ``uint8``: ``2 * y - 1`` on ``uint8`` labels wraps around).
+Images keep their ``uint8`` pixels; scaling and standardisation belong to :mod:`jaxfl.data.preprocess`.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+import pickle
+import tarfile
+from typing import Callable, Sequence
+
+import numpy as np
+
+from jaxfl.data.sources import locate
+
+PathLike = str | os.PathLike | None
+
+# ----------------------------------------------------------------------------------------------
+# IDX (MNIST, Fashion-MNIST)
+
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Parses an IDX file (gzip-compressed if its name ends in ``.gz``) into an array of its shape.
+
+    Raises:
+      ValueError: naming the file, for a bad magic number, unknown type code or wrong length.
+    """
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = bytearray(f.read())
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise ValueError(f"{path}: not an IDX file (magic {bytes(data[:4]).hex()})")
+    code, ndim = data[2], data[3]
+    if code not in _IDX_DTYPES:
+        raise ValueError(f"{path}: unknown IDX type code 0x{code:02x}")
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dtype = np.dtype(_IDX_DTYPES[code])
+    offset = 4 + 4 * ndim
+    expected = int(np.prod(dims)) * dtype.itemsize
+    if len(data) - offset != expected:
+        raise ValueError(f"{path}: IDX header says {dims} ({expected} bytes) but {len(data) - offset} follow")
+    arr = np.frombuffer(data, dtype, offset=offset).reshape(dims)
+    return arr if dtype.byteorder in "=|" else arr.astype(dtype.newbyteorder("="))
+
+
+def _check_split(dataset: str, split: str, splits: Sequence[str]) -> None:
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r} for {dataset} (splits: {', '.join(splits)})")
+
+
+def _load_idx_pair(name: str, split: str, data_dir: PathLike, download: bool):
+    _check_split(name, split, ("train", "test"))
+    x = read_idx(locate(name, f"{split}_images", data_dir, download=download))
+    y = read_idx(locate(name, f"{split}_labels", data_dir, download=download))
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{name} {split}: {x.shape[0]} images but {y.shape[0]} labels")
+    return x, y.astype(np.int32)
+
+
+def load_mnist(split: str = "train", *, data_dir: PathLike = None, download: bool = False):
+    """MNIST digits: ``x: uint8[n, 28, 28]``, ``y: int32[n]`` in 0..9 (n = 60000 train, 10000 test)."""
+    return _load_idx_pair("mnist", split, data_dir, download)
+
+
+def load_fashion_mnist(split: str = "train", *, data_dir: PathLike = None, download: bool = False):
+    """Fashion-MNIST: ``x: uint8[n, 28, 28]``, ``y: int32[n]`` in 0..9 (n = 60000 train, 10000 test)."""
+    return _load_idx_pair("fashion-mnist", split, data_dir, download)
+
+
+# ----------------------------------------------------------------------------------------------
+# CIFAR-10
+
+def load_cifar10_subset(split: str = "train", *, data_dir: PathLike = None, download: bool = False):
+    """The genuine CIFAR-10 subset of ``shared/data``: ``x: uint8[n, 32, 32, 3]``, ``y: int32[n]``.
+
+    ``train`` is the first 4000 images of ``data_batch_1``, ``test`` the first 1000 of ``test_batch``,
+    in the official order.
+    """
+    _check_split("cifar10-subset", split, ("train", "test"))
+    with np.load(locate("cifar10-subset", "npz", data_dir, download=download), allow_pickle=False) as z:
+        return np.array(z[f"x_{split}"]), z[f"y_{split}"].astype(np.int32)
+
+
+def read_cifar10_archive(path: str | os.PathLike, split: str):
+    """Reads ``split`` from the official ``cifar-10-python.tar.gz`` in one pass over the archive.
+
+    Returns ``x: uint8[n, 32, 32, 3]`` (HWC, as ``data_batch_*`` rows are CHW) and ``y: int32[n]``;
+    train is ``data_batch_1..5`` in order (n = 50000), test is ``test_batch`` (n = 10000). The batches
+    are pickles: call this only on an archive whose checksum was verified (as :func:`load_cifar10` does).
+    """
+    _check_split("cifar10", split, ("train", "test"))
+    names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+    found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    with tarfile.open(path, "r:gz") as tf:
+        for member in tf:
+            base = member.name.rsplit("/", 1)[-1]
+            if member.isfile() and base in names:
+                batch = pickle.load(tf.extractfile(member), encoding="bytes")
+                data = np.asarray(batch[b"data"], np.uint8)
+                found[base] = (data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1),
+                               np.asarray(batch[b"labels"], np.int32))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ValueError(f"{path}: archive lacks {missing}")
+    return (np.concatenate([found[n][0] for n in names]), np.concatenate([found[n][1] for n in names]))
+
+
+def load_cifar10(split: str = "train", *, data_dir: PathLike = None, download: bool = False):
+    """Full CIFAR-10 from the official python batches: ``x: uint8[n, 32, 32, 3]``, ``y: int32[n]``.
+
+    n = 50000 (train) or 10000 (test). The 170 MB archive is not in ``shared/data``; pass
+    ``download=True`` on a machine with a network (it is verified against its sha256).
+    """
+    return read_cifar10_archive(locate("cifar10", "archive", data_dir, download=download), split)
+
+
+# ----------------------------------------------------------------------------------------------
+# LIBSVM
+
+LIBSVM_FEATURES = {"a9a": 123, "w8a": 300, "phishing": 68, "ijcnn1": 22}
+_LIBSVM_SPLITS = {"a9a": ("train", "test"), "w8a": ("train",), "phishing": ("train",), "ijcnn1": ("train", "test")}
+
+
+def load_libsvm(name: str, split: str = "train", *, labels: str = "01", data_dir: PathLike = None,
+                download: bool = False):
+    """A LIBSVM binary dataset as dense arrays: ``x: float32[n, d]``, ``y``.
+
+    Shapes: a9a (32561 | 16281, 123), w8a (49749, 300), phishing (11055, 68),
+    ijcnn1 (49990 | 91701, 22); ``split`` is ``"train"`` or (a9a, ijcnn1) ``"test"``.
+
+    Args:
+      labels: ``"01"`` (default) maps the two classes to ``int32`` 0/1 (negative class 0),
+        ``"pm1"`` to ``int32`` -1/+1, ``"raw"`` keeps the file's values as ``float32``
+        (±1 for a9a/w8a/ijcnn1, 0/1 for phishing).
+    """
+    from sklearn.datasets import load_svmlight_file
+
+    if name not in LIBSVM_FEATURES:
+        raise ValueError(f"unknown LIBSVM dataset {name!r} (known: {', '.join(LIBSVM_FEATURES)})")
+    _check_split(name, split, _LIBSVM_SPLITS[name])
+    if labels not in ("01", "pm1", "raw"):
+        raise ValueError(f"unknown labels={labels!r} (use '01', 'pm1' or 'raw')")
+    path = locate(name, split, data_dir, download=download)
+    x, y = load_svmlight_file(str(path), n_features=LIBSVM_FEATURES[name], dtype=np.float32)
+    x = np.asarray(x.toarray(), np.float32)
+    if labels == "raw":
+        return x, y.astype(np.float32)
+    values = np.unique(y)
+    if len(values) > 2:
+        raise ValueError(f"{path}: expected two classes, found labels {values[:5]}")
+    positive = y > 0
+    return x, (positive.astype(np.int32) if labels == "01" else np.where(positive, 1, -1).astype(np.int32))
+
+
+# ----------------------------------------------------------------------------------------------
+# CSV datasets (insurance, obesity)
+
+INSURANCE_COLUMNS = ("age", "sex", "bmi", "children", "smoker", "region", "charges")
+INSURANCE_CATEGORIES = {"sex": ("female", "male"), "smoker": ("no", "yes"),
+                        "region": ("northeast", "northwest", "southeast", "southwest")}
+
+OBESITY_COLUMNS = ("Gender", "Age", "Height", "Weight", "family_history_with_overweight", "FAVC", "FCVC",
+                   "NCP", "CAEC", "SMOKE", "CH2O", "SCC", "FAF", "TUE", "CALC", "MTRANS", "NObeyesdad")
+_YES_NO = ("no", "yes")
+_FREQ = ("Always", "Frequently", "Sometimes", "no")
+OBESITY_CATEGORIES = {"Gender": ("Female", "Male"), "family_history_with_overweight": _YES_NO,
+                      "FAVC": _YES_NO, "CAEC": _FREQ, "SMOKE": _YES_NO, "SCC": _YES_NO, "CALC": _FREQ,
+                      "MTRANS": ("Automobile", "Bike", "Motorbike", "Public_Transportation", "Walking")}
+# NObeyesdad codes as sklearn's LabelEncoder gives them (sorted names), as in the authors' code.
+OBESITY_CLASSES = ("Insufficient_Weight", "Normal_Weight", "Obesity_Type_I", "Obesity_Type_II",
+                   "Obesity_Type_III", "Overweight_Level_I", "Overweight_Level_II")
+
+
+def _read_csv_gz(path, columns: Sequence[str]) -> list[list[str]]:
+    with gzip.open(path, "rt", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows or tuple(rows[0]) != tuple(columns):
+        raise ValueError(f"{path}: header {rows[0] if rows else None} differs from {list(columns)}")
+    return rows[1:]
+
+
+def _encode_table(rows, columns, categories, encoding, path):
+    """Columns of ``rows`` as float columns: numbers parsed, categories label- or one-hot encoded.
+
+    Label encoding gives the index in the sorted category tuple (sklearn's ``LabelEncoder``). One-hot
+    encoding keeps two-valued columns as one 0/1 column and expands the others to one column each.
+    """
+    if encoding not in ("label", "onehot"):
+        raise ValueError(f"unknown encoding={encoding!r} (use 'label' or 'onehot')")
+    out, names = [], []
+    for j, col in enumerate(columns):
+        raw = [r[j] for r in rows]
+        if col not in categories:
+            try:
+                out.append(np.array(raw, np.float64))
+            except ValueError:
+                raise ValueError(f"{path}: column {col!r} has a non-numeric value") from None
+            names.append(col)
+            continue
+        cats = categories[col]
+        index = {c: i for i, c in enumerate(cats)}
+        bad = sorted(set(raw) - set(index))
+        if bad:
+            raise ValueError(f"{path}: column {col!r} has unknown categories {bad} (known: {list(cats)})")
+        codes = np.array([index[v] for v in raw], np.int64)
+        if encoding == "label" or len(cats) == 2:
+            out.append(codes.astype(np.float64))
+            names.append(col)
+        else:
+            out.extend((codes == k).astype(np.float64) for k in range(len(cats)))
+            names.extend(f"{col}={c}" for c in cats)
+    return np.stack(out, axis=1), tuple(names)
+
+
+def insurance_feature_names(encoding: str = "label") -> tuple[str, ...]:
+    """Column names of :func:`load_insurance`'s ``x`` for ``encoding``."""
+    return _encode_table([], INSURANCE_COLUMNS[:-1], INSURANCE_CATEGORIES, encoding, "")[1]
+
+
+def load_insurance(*, encoding: str = "label", data_dir: PathLike = None, download: bool = False):
+    """Medical insurance charges: ``x: float32[1338, 6]`` (``9`` one-hot), ``y: float32[1338]`` charges.
+
+    Columns (``encoding="label"``, as seed 000's code with ``LabelEncoder``): age, sex (female 0,
+    male 1), bmi, children, smoker (no 0, yes 1), region (northeast 0, northwest 1, southeast 2,
+    southwest 3). ``encoding="onehot"`` replaces region by four 0/1 columns
+    (:func:`insurance_feature_names`). No bias column and no standardisation: seed 000 adds a column
+    of ones and standardises age and bmi with per-silo training statistics
+    (:func:`jaxfl.data.preprocess.standardize` with ``columns=``).
+    """
+    path = locate("insurance", "csv", data_dir, download=download)
+    rows = _read_csv_gz(path, INSURANCE_COLUMNS)
+    x, _ = _encode_table([r[:-1] for r in rows], INSURANCE_COLUMNS[:-1], INSURANCE_CATEGORIES, encoding, path)
+    y, _ = _encode_table([r[-1:] for r in rows], INSURANCE_COLUMNS[-1:], {}, "label", path)
+    return x.astype(np.float32), y[:, 0].astype(np.float32)
+
+
+def obesity_feature_names(encoding: str = "label") -> tuple[str, ...]:
+    """Column names of :func:`load_obesity`'s ``x`` for ``encoding``."""
+    return _encode_table([], OBESITY_COLUMNS[:-1], OBESITY_CATEGORIES, encoding, "")[1]
+
+
+def load_obesity(*, encoding: str = "label", data_dir: PathLike = None, download: bool = False):
+    """UCI obesity levels: ``x: float32[2111, 16]`` (``26`` one-hot), ``y: int32[2111]`` in 0..6.
+
+    Features in the file's column order (``Gender, Age, Height, Weight, ..., CALC, MTRANS``); the
+    categorical ones label-encoded as seed 000's code does (``LabelEncoder``: sorted category names,
+    e.g. CAEC Always 0, Frequently 1, Sometimes 2, no 3), or with ``encoding="onehot"`` the
+    multi-valued CAEC, CALC, MTRANS expanded to 0/1 columns (:func:`obesity_feature_names`).
+    ``y`` indexes :data:`OBESITY_CLASSES` (sorted names, the authors' encoding). No bias column and no
+    standardisation (seed 000 standardises Age, Height, Weight, CH2O, TUE with training statistics).
+    """
+    path = locate("obesity", "csv", data_dir, download=download)
+    rows = _read_csv_gz(path, OBESITY_COLUMNS)
+    x, _ = _encode_table([r[:-1] for r in rows], OBESITY_COLUMNS[:-1], OBESITY_CATEGORIES, encoding, path)
+    y, _ = _encode_table([r[-1:] for r in rows], OBESITY_COLUMNS[-1:], {"NObeyesdad": OBESITY_CLASSES},
+                         "label", path)
+    return x.astype(np.float32), y[:, 0].astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bundled with scikit-learn (zero setup, no file)
+
+def load_breast_cancer():
+    """Wisconsin diagnostic breast cancer (WBCD), bundled with scikit-learn: no file, no network.
+
+    Returns ``x: float32[569, 30]``, ``y: int32[569]`` with 0 = malignant (212), 1 = benign (357),
+    scikit-learn's coding.
+    """
+    from sklearn.datasets import load_breast_cancer as _load
+
+    d = _load()
+    return d.data.astype(np.float32), d.target.astype(np.int32)
+
+
+def load_digits():
+    """scikit-learn's 8x8 digits: ``x: float32[1797, 64]`` in 0..16, ``y: int32[1797]`` in 0..9."""
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    return d.data.astype(np.float32), d.target.astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# One entry point
+
+_UNSPLIT = ("all",)
+_DATASETS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "mnist": (lambda split, **kw: load_mnist(split, **kw), ("train", "test")),
+    "fashion-mnist": (lambda split, **kw: load_fashion_mnist(split, **kw), ("train", "test")),
+    "cifar10": (lambda split, **kw: load_cifar10(split, **kw), ("train", "test")),
+    "cifar10-subset": (lambda split, **kw: load_cifar10_subset(split, **kw), ("train", "test")),
+    **{n: ((lambda split, _n=n, **kw: load_libsvm(_n, split, **kw)), s) for n, s in _LIBSVM_SPLITS.items()},
+    "insurance": (lambda split, **kw: load_insurance(**kw), _UNSPLIT),
+    "obesity": (lambda split, **kw: load_obesity(**kw), _UNSPLIT),
+    "breast-cancer": (lambda split, **kw: load_breast_cancer(**kw), _UNSPLIT),
+    "digits": (lambda split, **kw: load_digits(**kw), _UNSPLIT),
+}
+_ALIASES = {"wbcd": "breast-cancer", "fmnist": "fashion-mnist"}
+
+DATASETS = tuple(_DATASETS)
+
+
+def load(name: str, split: str | None = None, **kw):
+    """Loads dataset ``name`` as host arrays ``(x, y)``.
+
+    Args:
+      name: one of :data:`DATASETS` (``_`` and ``-`` are interchangeable; ``wbcd`` means
+        ``breast-cancer``).
+      split: ``"train"`` or ``"test"`` for datasets with an official split; ``"all"`` for those
+        without one (insurance, obesity, breast-cancer, digits). Default: ``"train"`` where it
+        exists, else ``"all"``.
+      **kw: passed to the loader (``data_dir``, ``download``, ``labels``, ``encoding``).
+
+    Raises:
+      ValueError: ``unknown dataset 'foo' (known: ...)``, or a split the dataset does not have.
+    """
+    key = str(name).lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in _DATASETS:
+        raise ValueError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+    loader, splits = _DATASETS[key]
+    split = splits[0] if split is None else split
+    _check_split(key, split, splits)
+    return loader(split, **kw)

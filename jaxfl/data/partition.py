@@ -1,0 +1,320 @@
+"""Partitioners: plain host arrays ``(x, y)`` to a silo-major :class:`FederatedData`.
+
+Every partitioner takes ``x: [n, *feature_shape]`` and ``y: [n, *target_shape]`` (a label
+partitioner needs ``y: [n]``), chooses which records each silo holds, and builds the padded
+``FederatedData(x: [num_silos, max_records, ...], y: [num_silos, max_records, ...], counts)`` with
+:func:`from_silos` (features become ``float32``, integer labels ``int32``, padding rows are zero).
+
+Randomness here is data preparation, not privacy noise: it uses a NumPy ``default_rng(seed)``, and
+the same ``seed`` always gives the same partition. Bad input (``num_silos < 1``, more silos than
+records, a silo left empty, ``alpha <= 0``, an unknown class, NaN features, mismatched lengths)
+raises ``ValueError`` naming the value.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from jaxfl.data.federated import FederatedData, from_silos
+
+EVEN_ODD_PAIRS = tuple(itertools.product((0, 2, 4, 6, 8), (1, 3, 5, 7, 9)))
+"""The 25 (even, odd) digit pairs of seed 000/002's MNIST silos, in the authors' order."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks and assembly
+
+
+def _check_xy(x, y) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.asarray(x), np.asarray(y)
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"x and y need a leading record axis, got shapes {x.shape} and {y.shape}")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} records but y has {y.shape[0]}")
+    if x.shape[0] == 0:
+        raise ValueError("no records: x and y are empty")
+    for name, a in (("x", x), ("y", y)):
+        if np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating):
+            bad = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
+            if bad.any():
+                raise ValueError(f"{name} has NaN or inf at record {int(np.flatnonzero(bad)[0])}")
+    return x, y
+
+
+def _check_labels(y: np.ndarray) -> np.ndarray:
+    if y.ndim != 1:
+        raise ValueError(f"this partitioner needs 1-D labels y: [n], got shape {y.shape}")
+    return y
+
+
+def _check_num_silos(num_silos, n: int) -> int:
+    if isinstance(num_silos, bool) or not isinstance(num_silos, (int, np.integer)) or num_silos < 1:
+        raise ValueError(f"num_silos must be a positive integer, got {num_silos!r}")
+    if num_silos > n:
+        raise ValueError(f"num_silos={num_silos} exceeds the number of records ({n})")
+    return int(num_silos)
+
+
+def _rng(seed) -> np.random.Generator:
+    if seed is None:
+        raise ValueError("seed=None: pass an integer seed so the partition is reproducible")
+    return np.random.default_rng(seed)  # host-rng-ok: data preparation, not privacy noise
+
+
+def _build(x, y, silos: Sequence[np.ndarray], what: str,
+           relabel: Callable[[np.ndarray], np.ndarray] | None = None) -> FederatedData:
+    parts = []
+    for i, idx in enumerate(silos):
+        if len(idx) == 0:
+            raise ValueError(f"{what}: silo {i} would have zero records")
+        yi = y[idx]
+        if relabel is not None:
+            yi = np.asarray(relabel(yi))
+            if yi.shape[:1] != (len(idx),):
+                raise ValueError(f"relabel returned shape {yi.shape} for {len(idx)} records of silo {i}")
+        parts.append((x[idx], yi))
+    return from_silos(parts)
+
+
+def _take(idx: np.ndarray, k: int | None, rng: np.random.Generator | None) -> np.ndarray:
+    """``k`` of ``idx``: the first ``k`` (rng None) or a uniform subset kept in the original order."""
+    if k is None or k >= len(idx):
+        return idx
+    if rng is None:
+        return idx[:k]
+    return np.sort(rng.choice(idx, size=k, replace=False))
+
+
+def _check_count(name: str, k) -> int | None:
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"{name} must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def _class_indices(y: np.ndarray, classes) -> list[np.ndarray]:
+    present = np.unique(y)
+    out = []
+    for c in classes:
+        idx = np.flatnonzero(y == c)
+        if len(idx) == 0:
+            raise ValueError(f"unknown class {c!r}: no record has this label (labels: {present.tolist()})")
+        out.append(idx)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Partitioners
+
+
+def iid(x, y, num_silos: int, *, seed: int) -> FederatedData:
+    """Shuffles the records and deals them into ``num_silos`` silos whose sizes differ by at most one.
+
+    Every record is assigned exactly once.
+    """
+    x, y = _check_xy(x, y)
+    num_silos = _check_num_silos(num_silos, len(x))
+    perm = _rng(seed).permutation(len(x))
+    return _build(x, y, np.array_split(perm, num_silos), "iid")
+
+
+def one_class_per_silo(x, y, *, classes: Sequence | None = None, max_per_silo: int | None = None,
+                       seed: int | None = None) -> FederatedData:
+    """Silo ``i`` holds the records of label ``classes[i]`` (default: every label, sorted).
+
+    Seed 002's CIFAR-10 and WBCD silos and seed 000's obesity silos.
+
+    Args:
+      classes: the label of each silo, in silo order; each must occur in ``y``.
+      max_per_silo: keep at most this many records per silo: the first ones (``seed=None``) or a
+        uniformly random subset (kept in the original order) drawn with ``seed``.
+    """
+    x, y = _check_xy(x, y)
+    y = _check_labels(y)
+    classes = np.unique(y).tolist() if classes is None else list(classes)
+    if len(classes) == 0:
+        raise ValueError("classes is empty: need at least one class")
+    if len(set(classes)) != len(classes):
+        raise ValueError(f"classes has repeated labels: {classes}")
+    k = _check_count("max_per_silo", max_per_silo)
+    rng = None if seed is None or k is None else _rng(seed)
+    silos = [_take(idx, k, rng) for idx in _class_indices(y, classes)]
+    return _build(x, y, silos, "one_class_per_silo")
+
+
+def label_pairs(x, y, *, pairs: Sequence[Sequence] | None = None, per_label: int | None = None,
+                seed: int | None = None, relabel: Callable[[np.ndarray], np.ndarray] | None = None
+                ) -> FederatedData:
+    """One silo per group of labels: seed 000/002's MNIST silos, one per (even, odd) digit pair.
+
+    Silo ``i`` holds the selected records of ``pairs[i][0]``, then those of ``pairs[i][1]`` (and so
+    on for longer groups). A label's selected records are the same in every silo that uses it (each
+    digit appears in 5 of the 25 default silos), as in the authors' code, so records are shared
+    between silos and ``sum(counts)`` exceeds the number of distinct records.
+
+    Args:
+      pairs: label groups, default :data:`EVEN_ODD_PAIRS` (25 silos).
+      per_label: keep this many records of each label: the first ones (``seed=None``, the authors'
+        code: ``floor(5421 / 7) = 774``, 5421 being the count of the rarest digit) or a uniformly random
+        subset drawn with ``seed``. Must not exceed any used label's count.
+      relabel: applied to each silo's labels, e.g. ``lambda y: (y % 2 == 0).astype(np.int32)`` for
+        the even = 1 / odd = 0 target. The original labels are kept when None.
+    """
+    x, y = _check_xy(x, y)
+    y = _check_labels(y)
+    pairs = EVEN_ODD_PAIRS if pairs is None else [tuple(p) for p in pairs]
+    if len(pairs) == 0:
+        raise ValueError("pairs is empty: need at least one label group")
+    for p in pairs:
+        if len(p) == 0 or len(set(p)) != len(p):
+            raise ValueError(f"label group {p!r} must be non-empty without repeated labels")
+    k = _check_count("per_label", per_label)
+    used = list(dict.fromkeys(itertools.chain.from_iterable(pairs)))   # first-appearance order
+    rng = None if seed is None or k is None else _rng(seed)
+    chosen = {}
+    for label, idx in zip(used, _class_indices(y, used)):
+        if k is not None and k > len(idx):
+            raise ValueError(f"per_label={k} exceeds the {len(idx)} records of label {label!r}")
+        chosen[label] = _take(idx, k, rng)
+    silos = [np.concatenate([chosen[label] for label in p]) for p in pairs]
+    return _build(x, y, silos, "label_pairs", relabel)
+
+
+def sorted_by_target(x, y, num_silos: int, *, rule: str = "ceil") -> FederatedData:
+    """Sorts the records by target and cuts them into contiguous chunks: seed 000's insurance silos.
+
+    Silo 0 holds the smallest targets, the last silo the largest. Deterministic (stable sort).
+
+    Args:
+      y: ``[n]`` (or ``[n, 1]``) real targets.
+      rule: ``"ceil"`` (the authors' code): the first ``num_silos - 1`` silos hold
+        ``ceil(n / num_silos)`` records and the last holds the rest; ``"even"``: sizes differ by at
+        most one.
+    """
+    x, y = _check_xy(x, y)
+    if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):
+        raise ValueError(f"sorted_by_target needs a scalar target per record, got y shape {y.shape}")
+    n = len(x)
+    num_silos = _check_num_silos(num_silos, n)
+    order = np.argsort(y.reshape(n), kind="stable")
+    if rule == "ceil":
+        size = math.ceil(n / num_silos)
+        silos = [order[i * size:(i + 1) * size] for i in range(num_silos)]
+        if len(silos[-1]) == 0:
+            raise ValueError(f"sorted_by_target: with n={n} and num_silos={num_silos} the chunk size "
+                             f"ceil(n/num_silos)={size} leaves silo {num_silos - 1} with zero records; "
+                             f"use rule='even'")
+    elif rule == "even":
+        silos = np.array_split(order, num_silos)
+    else:
+        raise ValueError(f"unknown rule={rule!r} (use 'ceil' or 'even')")
+    return _build(x, y, silos, "sorted_by_target")
+
+
+def dirichlet(x, y, num_silos: int, *, alpha: float, seed: int, min_per_silo: int = 1,
+              max_tries: int = 100) -> FederatedData:
+    """Label skew: each class is split over the silos in proportions ``p ~ Dirichlet(alpha * 1)``.
+
+    Small ``alpha`` (0.1) gives silos dominated by few classes, large ``alpha`` (100) nearly iid
+    silos (Hsu et al. 2019). Every record is assigned exactly once. Draws are repeated (at most
+    ``max_tries`` times) until every silo holds at least ``min_per_silo`` records.
+    """
+    x, y = _check_xy(x, y)
+    y = _check_labels(y)
+    n = len(x)
+    num_silos = _check_num_silos(num_silos, n)
+    if not isinstance(alpha, (int, float, np.number)) or not np.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+    min_per_silo = _check_count("min_per_silo", min_per_silo)
+    if num_silos * min_per_silo > n:
+        raise ValueError(f"min_per_silo={min_per_silo} x num_silos={num_silos} exceeds the {n} records")
+    rng = _rng(seed)
+    by_class = _class_indices(y, np.unique(y))
+    for _ in range(max_tries):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_silos)]
+        for idx in by_class:
+            idx = rng.permutation(idx)
+            p = rng.dirichlet(np.full(num_silos, float(alpha)))
+            cuts = (np.cumsum(p)[:-1] * len(idx)).astype(int)
+            for i, chunk in enumerate(np.split(idx, cuts)):
+                parts[i].append(chunk)
+        silos = [np.sort(np.concatenate(p)) for p in parts]
+        if min(len(s) for s in silos) >= min_per_silo:
+            return _build(x, y, silos, "dirichlet")
+    raise ValueError(f"dirichlet: no draw in max_tries={max_tries} gave every silo >= {min_per_silo} "
+                     f"records (alpha={alpha}, num_silos={num_silos}, n={n}); raise alpha or max_tries")
+
+
+def shards(x, y, num_silos: int, shards_per_silo: int, *, seed: int) -> FederatedData:
+    """McMahan et al. (2017) pathological non-iid split: sort by label, cut into
+    ``num_silos * shards_per_silo`` contiguous shards (sizes differ by at most one), and give each
+    silo ``shards_per_silo`` shards chosen at random. Every record is assigned exactly once.
+    """
+    x, y = _check_xy(x, y)
+    y = _check_labels(y)
+    n = len(x)
+    num_silos = _check_num_silos(num_silos, n)
+    shards_per_silo = _check_count("shards_per_silo", shards_per_silo)
+    total = num_silos * shards_per_silo
+    if total > n:
+        raise ValueError(f"num_silos * shards_per_silo = {total} shards exceed the {n} records")
+    pieces = np.array_split(np.argsort(y, kind="stable"), total)
+    owner = _rng(seed).permutation(total).reshape(num_silos, shards_per_silo)
+    silos = [np.sort(np.concatenate([pieces[j] for j in row])) for row in owner]
+    return _build(x, y, silos, "shards")
+
+
+def by_silo_ids(x, y, silo_ids, *, num_silos: int | None = None) -> FederatedData:
+    """Explicit assignment: record ``j`` goes to silo ``silo_ids[j]`` (records keep their order).
+
+    Args:
+      silo_ids: ``int[n]`` in ``0..num_silos-1``.
+      num_silos: default ``max(silo_ids) + 1``; every silo must receive at least one record.
+    """
+    x, y = _check_xy(x, y)
+    ids = np.asarray(silo_ids)
+    if ids.shape != (len(x),):
+        raise ValueError(f"silo_ids must have shape ({len(x)},), got {ids.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"silo_ids must be integers, got dtype {ids.dtype}")
+    if ids.min() < 0:
+        raise ValueError(f"silo_ids must be >= 0, got {int(ids.min())}")
+    num_silos = int(ids.max()) + 1 if num_silos is None else _check_num_silos(num_silos, len(x))
+    if ids.max() >= num_silos:
+        raise ValueError(f"silo id {int(ids.max())} is out of range for num_silos={num_silos}")
+    return _build(x, y, [np.flatnonzero(ids == i) for i in range(num_silos)], "by_silo_ids")
+
+
+def train_test_split_per_silo(fd: FederatedData, test_fraction: float, *, seed: int
+                              ) -> tuple[FederatedData, FederatedData]:
+    """Splits every silo's real records into train and test parts (seed 000/002's 80/20 splits).
+
+    Silo ``i`` puts ``ceil(test_fraction * counts[i])`` shuffled records in the test part and the rest
+    in the train part (the sizes sklearn's ``train_test_split`` gives: 1548 -> 1238 / 310).
+
+    Returns:
+      ``(train, test)``, two :class:`FederatedData` with the same number of silos.
+
+    Raises:
+      ValueError: ``test_fraction`` outside (0, 1), or a silo too small to give both parts a record.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    rng = _rng(seed)
+    xs, ys, counts = np.asarray(fd.x), np.asarray(fd.y), np.asarray(fd.counts)
+    train, test = [], []
+    for i in range(fd.num_silos):
+        n = int(counts[i])
+        xi, yi = xs[i, :n], ys[i, :n]
+        n_test = math.ceil(test_fraction * n)
+        if n_test < 1 or n - n_test < 1:
+            raise ValueError(f"silo {i} has {n} records: test_fraction={test_fraction} leaves "
+                             f"{n - n_test} for training and {n_test} for testing")
+        perm = rng.permutation(n)
+        test.append((xi[perm[:n_test]], yi[perm[:n_test]]))
+        train.append((xi[perm[n_test:]], yi[perm[n_test:]]))
+    return from_silos(train, dtype=xs.dtype), from_silos(test, dtype=xs.dtype)

@@ -1,0 +1,41 @@
+"""Orbax checkpoints of a run: the algorithm state plus a small JSON of run metadata."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+    """Synchronous orbax checkpoints under ``directory`` (keeps the newest ``max_to_keep``).
+
+    Saves are synchronous and atomic (orbax writes to a temporary directory and renames), so a run
+    killed at any point leaves its last completed checkpoint readable.
+    """
+
+    def __init__(self, directory: str | os.PathLike, max_to_keep: int = 2):
+        self.directory = Path(directory).absolute()
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=False),
+        )
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def save(self, step: int, state, meta: dict) -> None:
+        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                         meta=ocp.args.JsonSave(meta)), force=True)
+        self._manager.wait_until_finished()
+
+    def restore(self, step: int, like_state):
+        """Restores ``(state, meta)`` of ``step`` into the structure and shardings of ``like_state``."""
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like_state)
+        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                                  meta=ocp.args.JsonRestore()))
+        return out.state, out.meta
+
+    def close(self) -> None:
+        self._manager.close()

@@ -1,0 +1,189 @@
+"""The Python driver: compiled round chunks, accounting between them, evaluation, metrics, checkpoints.
+
+::
+
+    result = jaxfl.train(algorithm, data, params, rounds=100, key=0, eval_fn=evaluate, eval_every=10,
+                         target_epsilon=3.0, delta=1e-5, metrics_path="run/metrics.jsonl",
+                         checkpoint_dir="run/ckpt")
+
+Rounds between two evaluations run as one ``lax.scan`` inside one jitted program. The privacy
+ledger is consulted before each chunk; a chunk is shortened so that the run stops *before* the
+first round that would push any silo's epsilon past the target.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxfl.data.federated import FederatedData
+from jaxfl.engine import sharding
+from jaxfl.engine.checkpoint import Checkpointer
+from jaxfl.engine.metrics import MetricsWriter
+from jaxfl.engine.protocol import FederatedAlgorithm
+from jaxfl.privacy import keys as keys_lib
+
+
+def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_key, start, num_rounds: int):
+    """Rounds ``start .. start + num_rounds - 1`` under ``lax.scan`` (pure; jit/vmap-able).
+
+    Round ``r`` gets the key ``fold_in(root_key, r)``. Returns ``(state, infos)`` with every info
+    leaf stacked over rounds.
+    """
+
+    def body(state, r):
+        return algorithm.round(state, data, keys_lib.round_key(root_key, r))
+
+    return jax.lax.scan(body, state, start + jnp.arange(num_rounds))
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+      state: the final algorithm state (``state.params`` is the model).
+      rounds: rounds completed (including rounds restored from a checkpoint).
+      stop_reason: ``"completed"`` or ``"budget"`` (the next round would exceed the target epsilon).
+      history: the metrics records written, one per evaluation.
+      epsilon: the epsilon spent at ``delta`` (max over silos for ISRL-DP), or None if non-private.
+      epsilons: per-silo epsilons (ISRL-DP) or None.
+      ledger: the privacy ledger, for further queries.
+    """
+
+    state: Any
+    rounds: int
+    stop_reason: str
+    history: list
+    epsilon: float | None = None
+    epsilons: np.ndarray | None = None
+    ledger: Any = None
+
+
+def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp"):
+    """The privacy ledger of ``algorithm`` on silos of sizes ``counts``, or None if non-private."""
+    if algorithm.privacy is None:
+        return None
+    from jaxfl.accounting import ledger as ledger_lib
+
+    counts = np.asarray(counts)
+    privacy = algorithm.privacy(counts[counts > 0])
+    if privacy.level == "client":
+        return ledger_lib.CentralLedger(privacy.events[0], accountant=accountant)
+    return ledger_lib.SiloLedger(list(privacy.events), accountant=accountant)
+
+
+def _check_budget_args(target_epsilon, delta, ledger):
+    if target_epsilon is not None and not target_epsilon > 0:
+        raise ValueError(f"target_epsilon must be > 0, got {target_epsilon}")
+    if delta is not None:
+        for d in np.atleast_1d(delta):
+            if not 0.0 < float(d) < 1.0:
+                raise ValueError(f"delta must be in (0, 1), got {d}")
+    if target_epsilon is not None and delta is None:
+        raise ValueError("target_epsilon needs a delta")
+    if target_epsilon is not None and ledger is None:
+        raise ValueError("target_epsilon was given but the algorithm is not private (it adds no noise)")
+
+
+def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds: int, key=0,
+          eval_fn: Callable[[Any], dict] | None = None, eval_every: int | None = None,
+          accountant: str = "rdp", target_epsilon: float | None = None, delta=None,
+          metrics_path=None, checkpoint_dir=None, mesh=None, progress: bool = True,
+          run_info: dict | None = None) -> TrainResult:
+    """Runs ``rounds`` rounds of ``algorithm`` on ``data`` from ``params``.
+
+    Args:
+      algorithm: a :class:`FederatedAlgorithm`.
+      data: silo-major data; with ``mesh`` it is padded and sharded over ``"silos"``.
+      params: initial model parameters.
+      rounds: total number of rounds (a resumed run continues up to this number).
+      key: root PRNG key or int seed; round ``r`` uses ``fold_in(key, r)``.
+      eval_fn: ``params -> dict of floats``, called every ``eval_every`` rounds and at the end.
+      eval_every: rounds per compiled chunk (default: all rounds in one chunk).
+      accountant: ``"rdp"`` or ``"pld"`` for the privacy ledger (private algorithms only).
+      target_epsilon, delta: stop before the round that would exceed ``(target_epsilon, delta)``;
+        ``delta`` may be per silo (e.g. ``1/n_i^2``). ``delta`` alone just reports epsilon.
+      metrics_path: JSONL file appended to at every evaluation.
+      checkpoint_dir: orbax checkpoints after every chunk; an existing checkpoint is resumed.
+      mesh: a ``"silos"`` mesh (see :func:`jaxfl.engine.sharding.silo_mesh`) to shard silos over.
+      progress: show a progress bar.
+      run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
+    """
+    rounds = int(rounds)
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds}")
+    eval_every = rounds if eval_every is None else int(eval_every)
+    if eval_every < 1 and rounds > 0:
+        raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+    counts_host = np.asarray(data.counts)
+    ledger = make_ledger(algorithm, counts_host, accountant) if (target_epsilon is not None or delta is not None) else None
+    _check_budget_args(target_epsilon, delta, ledger)
+    if ledger is not None and np.ndim(delta) > 0:
+        delta = np.asarray(delta, float)
+        if delta.shape != (int(np.sum(counts_host > 0)),):
+            raise ValueError(f"per-silo delta has shape {delta.shape}; expected one value per silo with records "
+                             f"({int(np.sum(counts_host > 0))})")
+
+    root = keys_lib.as_key(key)
+    if mesh is not None:
+        data = sharding.shard_data(data, mesh)
+    state = algorithm.init(params)
+    start = 0
+    writer = MetricsWriter(metrics_path)
+    ckpt = Checkpointer(checkpoint_dir) if checkpoint_dir is not None else None
+    if ckpt is not None and ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(ckpt.latest_step(), state)
+        start = int(meta["round"])
+        if ledger is not None:
+            ledger.record(start)
+        writer.truncate_after(start)
+
+    chunk = jax.jit(lambda st, d, k, s, n: run_rounds(algorithm, st, d, k, s, n), static_argnums=4)
+    history, stop_reason = [], "completed"
+    bar = tqdm(total=rounds, initial=start, disable=not progress, desc=algorithm.name, leave=False)
+    t0 = time.perf_counter()
+    r = start
+    try:
+        with sharding.mesh_context(mesh):
+            while r < rounds:
+                n = min(eval_every - (r % eval_every), rounds - r)
+                if target_epsilon is not None:
+                    n = ledger.rounds_within_budget(target_epsilon, delta, n)
+                    if n == 0:
+                        stop_reason = "budget"
+                        break
+                state, infos = chunk(state, data, root, jnp.asarray(r, jnp.int32), n)
+                r += n
+                if ledger is not None:
+                    ledger.record(n)
+                record = {"round": r, **(run_info or {})}
+                record.update({k: float(np.mean(v)) for k, v in jax.device_get(infos).items()})
+                if eval_fn is not None:
+                    record.update({k: float(v) for k, v in eval_fn(state.params).items()})
+                if ledger is not None:
+                    record["epsilon"] = float(ledger.epsilon(delta))
+                record["wall_seconds"] = time.perf_counter() - t0
+                writer.write(record)
+                history.append(record)
+                if ckpt is not None:
+                    ckpt.save(r, state, {"round": r, "algorithm": algorithm.name})
+                bar.update(n)
+                if target_epsilon is not None and r < rounds and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0:
+                    stop_reason = "budget"
+                    break
+    finally:
+        bar.close()
+        if ckpt is not None:
+            ckpt.close()
+    epsilon = epsilons = None
+    if ledger is not None:
+        epsilon = float(ledger.epsilon(delta))
+        epsilons = np.asarray(ledger.epsilons(delta)) if hasattr(ledger, "epsilons") else None
+    return TrainResult(state, r, stop_reason, history, epsilon, epsilons, ledger)
+

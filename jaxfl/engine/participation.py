@@ -1,0 +1,69 @@
+"""Which silos take part in a round: ``(round_key, counts) -> weights float32[num_silos]``.
+
+Each silo's draw comes from its own key ``derive(round, silo, 0, PARTICIPATION)``, so whether silo
+``i`` takes part depends only on ``(root, round, i)``. Silos with zero records (padding) never do.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxfl.privacy import keys as keys_lib
+
+Participation = Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
+
+
+def _silo_uniforms(round_key, num_silos):
+    def draw(silo):
+        k = keys_lib.step_key(keys_lib.silo_key(round_key, silo), 0, keys_lib.Purpose.PARTICIPATION)
+        return jax.random.uniform(k)
+
+    return jax.vmap(draw)(jnp.arange(num_silos))
+
+
+def all_silos() -> Participation:
+    """Every silo with records takes part in every round."""
+    return lambda round_key, counts: (counts > 0).astype(jnp.float32)
+
+
+def uniform(silos_per_round: int) -> Participation:
+    """``silos_per_round`` silos drawn uniformly without replacement (seed 000's ``M_r = M``).
+
+    Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records.
+    """
+    m = int(silos_per_round)
+    if m < 1:
+        raise ValueError(f"silos_per_round must be >= 1, got {silos_per_round}")
+
+    def weights(round_key, counts):
+        n = counts.shape[0]
+        if m > n:
+            raise ValueError(f"silos_per_round={m} exceeds the number of silos ({n})")
+        u = jnp.where(counts > 0, _silo_uniforms(round_key, n), -1.0)
+        _, chosen = jax.lax.top_k(u, m)
+        return jnp.zeros(n, jnp.float32).at[chosen].set(1.0) * (counts > 0)
+
+    return weights
+
+
+def poisson(rate) -> Participation:
+    """Each silo takes part independently with probability ``rate`` (may be traced)."""
+
+    def weights(round_key, counts):
+        u = _silo_uniforms(round_key, counts.shape[0])
+        return ((u < rate) & (counts > 0)).astype(jnp.float32)
+
+    return weights
+
+
+def resolve(participation, num_silos_hint=None) -> Participation:
+    """``None`` -> all silos; an int ``M`` -> :func:`uniform`; a callable is returned as is."""
+    if participation is None:
+        return all_silos()
+    if isinstance(participation, int):
+        return uniform(participation)
+    if callable(participation):
+        return participation
+    raise ValueError(f"participation must be None, an int or a callable, got {participation!r}")

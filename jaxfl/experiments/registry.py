@@ -1,0 +1,60 @@
+"""Experiments (``jaxfl reproduce NAME``) and benchmarks (``jaxfl bench NAME``) registered by name."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A reproduction: ``run(quick, out_dir) -> path of results.json``."""
+
+    name: str
+    description: str
+    run: Callable[[bool, Path], Path]
+
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+# Modules whose import registers experiments; later issues append theirs.
+_EXPERIMENT_MODULES = ["jaxfl.experiments.demo"]
+
+BENCHMARKS: dict[str, str] = {
+    "engine_vs_loop": "jaxfl engine vs a vectorized NumPy loop at seed 000's MNIST shape",
+}
+
+
+def register(name: str, description: str):
+    """Decorator registering ``run(quick, out_dir)`` as experiment ``name``."""
+
+    def wrap(fn):
+        EXPERIMENTS[name] = Experiment(name, description, fn)
+        return fn
+
+    return wrap
+
+
+def experiments() -> dict[str, Experiment]:
+    for module in _EXPERIMENT_MODULES:
+        importlib.import_module(module)
+    return EXPERIMENTS
+
+
+def get_experiment(name: str) -> Experiment:
+    known = experiments()
+    if name not in known:
+        raise ValueError(f"unknown experiment {name!r} (known: {', '.join(sorted(known))})")
+    return known[name]
+
+
+def benchmark_script(name: str) -> Path:
+    """The path of ``bench/<name>.py`` in the source tree."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r} (known: {', '.join(sorted(BENCHMARKS))})")
+    root = Path(__file__).resolve().parents[2]
+    script = root / "bench" / f"{name}.py"
+    if not script.exists():
+        raise ValueError(f"benchmark {name!r} needs the source tree (no {script}); install jaxfl with pip -e")
+    return script

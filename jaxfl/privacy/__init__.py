@@ -1,0 +1,13 @@
+"""Privacy primitives: keyed randomness, per-example clipping, Gaussian noise, optax transforms."""
+from jaxfl.privacy import keys
+from jaxfl.privacy.clipping import (ClippedSum, clip_by_global_norm, clip_update, clipped_grad_sum,
+                                    per_example_grads)
+from jaxfl.privacy.keys import SERVER, Purpose
+from jaxfl.privacy.noise import add_gaussian_noise, gaussian_like
+from jaxfl.privacy.transforms import differentially_private_aggregate, gaussian_noise
+
+__all__ = [
+    "keys", "Purpose", "SERVER", "ClippedSum", "clip_by_global_norm", "clip_update", "clipped_grad_sum",
+    "per_example_grads", "add_gaussian_noise", "gaussian_like", "differentially_private_aggregate",
+    "gaussian_noise",
+]

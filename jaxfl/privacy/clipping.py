@@ -1,0 +1,96 @@
+"""Per-example gradients, global-norm clipping and padding masks.
+
+``loss_fn(params, x, y) -> scalar`` is always a *per-example* loss: ``x`` and ``y`` are one record.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+PerExampleLoss = Callable[..., jnp.ndarray]
+
+
+class ClippedSum(NamedTuple):
+    """Sum of clipped per-example gradients over the real records of a batch.
+
+    Attributes:
+      value: pytree shaped like ``params``; ``sum_j mask_j * clip(g_j, C)``.
+      sensitivity: L2 sensitivity of ``value`` to adding or removing one record (``C``); replacing
+        one record moves it by at most ``2 C``.
+      count: number of real (unmasked) records summed, a float scalar.
+      num_clipped: how many real records had ``||g_j|| > C``.
+    """
+
+    value: object
+    sensitivity: jnp.ndarray
+    count: jnp.ndarray
+    num_clipped: jnp.ndarray
+
+
+def per_example_grads(loss_fn: PerExampleLoss, params, x, y):
+    """Gradients of ``loss_fn`` at each record: leaves shaped ``[batch, *param_shape]``."""
+    return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
+
+
+def _global_norms(grads):
+    leaves = jax.tree_util.tree_leaves(grads)
+    return jnp.sqrt(sum(jnp.sum(jnp.reshape(g, (g.shape[0], -1)) ** 2, axis=1) for g in leaves))
+
+
+def _clip_factor(norms, clip_norm):
+    """``min(1, C / ||g||)`` without dividing by zero; ``C = inf`` gives 1."""
+    return jnp.where(norms > clip_norm, clip_norm / jnp.where(norms > 0, norms, 1.0), 1.0)
+
+
+def _expand(weights, g):
+    return weights.reshape((-1,) + (1,) * (g.ndim - 1))
+
+
+def clip_by_global_norm(grads, clip_norm):
+    """Scales each example's gradient (leading axis) to global L2 norm at most ``clip_norm``.
+
+    Args:
+      grads: pytree with leaves ``[batch, ...]``.
+      clip_norm: scalar ``C > 0``; ``inf`` means no clipping. May be traced.
+    Returns:
+      ``(clipped, norms)`` with ``norms: [batch]`` the pre-clipping global norms.
+    """
+    norms = _global_norms(grads)
+    scale = _clip_factor(norms, clip_norm)
+    return jax.tree_util.tree_map(lambda g: g * _expand(scale, g), grads), norms
+
+
+def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm) -> ClippedSum:
+    """``vmap`` of ``grad`` + per-example global-norm clipping + padding mask, summed.
+
+    Args:
+      loss_fn: per-example loss ``(params, x, y) -> scalar``.
+      x, y: a batch, ``[batch, ...]``.
+      mask: ``[batch]`` weights, 1 on real records and 0 on padding (or a record's multiplicity).
+      clip_norm: ``C``; ``inf`` for non-private training.
+    """
+    grads = per_example_grads(loss_fn, params, x, y)
+    norms = _global_norms(grads)
+    mask = mask.astype(norms.dtype)
+    # Mask and clipping factor folded into one weight per example: one pass over the gradients.
+    weights = mask * _clip_factor(norms, clip_norm)
+    total = jax.tree_util.tree_map(lambda g: jnp.sum(_expand(weights, g) * g, axis=0), grads)
+    return ClippedSum(
+        value=total,
+        sensitivity=jnp.asarray(clip_norm, norms.dtype),
+        count=jnp.sum(mask),
+        num_clipped=jnp.sum(mask * (norms > clip_norm)),
+    )
+
+
+def clip_update(update, clip_norm):
+    """Clips a whole pytree (e.g. a client's model delta) to global L2 norm ``clip_norm``.
+
+    Returns ``(clipped, norm)``; used for client-level (user-level) DP.
+    """
+    norm = optax.tree.norm(update)
+    scale = _clip_factor(norm, clip_norm)
+    return jax.tree_util.tree_map(lambda u: u * scale, update), norm

@@ -1,0 +1,61 @@
+"""DP clipping and noise as ``optax.GradientTransformation``s.
+
+Both keep a step counter in their state and draw the noise of step ``t`` from
+``keys.step_key(key, t, Purpose.NOISE)``: pass the silo's (or the server's) key for the run, and the
+draws stay addressable and reproducible across restarts.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy.clipping import clip_by_global_norm
+from jaxfl.privacy.noise import add_gaussian_noise
+
+
+class NoiseState(NamedTuple):
+    count: jnp.ndarray  # int32 scalar, number of updates so far
+
+
+def _init(params):
+    del params
+    return NoiseState(count=jnp.zeros([], jnp.int32))
+
+
+def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array,
+                                     normalize: bool = True) -> optax.GradientTransformation:
+    """Per-example clipping + Gaussian noise (DP-SGD's aggregation) as an optax transformation.
+
+    ``update`` receives *per-example* gradients (leaves ``[batch, ...]``; padding rows must be
+    zero, which clipping keeps at zero) and returns ``(sum_j clip(g_j, C) + N(0, (z C)^2 I)) / batch``
+    (``/ batch`` only when ``normalize``). The sum's add/remove-one sensitivity is ``C``, so the
+    noise multiplier ``z`` is what an accountant takes.
+    """
+
+    def update(updates, state, params=None):
+        del params
+        clipped, _ = clip_by_global_norm(updates, clip_norm)
+        summed = jax.tree_util.tree_map(lambda g: jnp.sum(g, axis=0), clipped)
+        noise_key = keys_lib.step_key(key, state.count, keys_lib.Purpose.NOISE)
+        noisy = add_gaussian_noise(noise_key, summed, noise_multiplier * clip_norm)
+        if normalize:
+            batch = jax.tree_util.tree_leaves(updates)[0].shape[0]
+            noisy = jax.tree_util.tree_map(lambda g: g / batch, noisy)
+        return noisy, NoiseState(count=state.count + 1)
+
+    return optax.GradientTransformation(_init, update)
+
+
+def gaussian_noise(noise_std, key: jax.Array) -> optax.GradientTransformation:
+    """Adds ``N(0, noise_std^2 I)`` to (already aggregated) updates, e.g. a server's noisy mean."""
+
+    def update(updates, state, params=None):
+        del params
+        noise_key = keys_lib.step_key(key, state.count, keys_lib.Purpose.NOISE)
+        return add_gaussian_noise(noise_key, updates, noise_std), NoiseState(count=state.count + 1)
+
+    return optax.GradientTransformation(_init, update)

@@ -1,0 +1,183 @@
+"""The driver: budget stop, checkpoints and resume, metrics, sharding, sweeps, participation."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from jaxfl.accounting import SiloLedger, epsilon_for
+from jaxfl.algorithms import local_sgd, minibatch_sgd
+from jaxfl.data.federated import from_silos
+from jaxfl.engine import participation, sweep, train
+from jaxfl.engine.metrics import read_metrics
+from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _dp_sgd(z=1.0, q=0.2, lr=0.5):
+    return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=q, clip_norm=1.0, noise_multiplier=z)
+
+
+def _leaves_equal(a, b):
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in
+               zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=st.floats(0.3, 6.0), z=st.floats(0.6, 3.0), eval_every=st.integers(1, 7))
+def test_budget_stop_never_overshoots(small_data, target, z, eval_every):
+    alg = _dp_sgd(z=z)
+    delta = 1e-5
+    result = train(alg, small_data, init_linear(5), rounds=40, key=1, eval_every=eval_every,
+                   target_epsilon=target, delta=delta, progress=False)
+    spent = epsilon_for(z, 0.2, result.rounds, delta) if result.rounds else 0.0
+    assert result.epsilon is None or result.epsilon <= target + 1e-9
+    assert spent <= target + 1e-9
+    if result.stop_reason == "budget":
+        assert result.rounds < 40
+        assert epsilon_for(z, 0.2, result.rounds + 1, delta) > target
+    else:
+        assert result.rounds == 40
+    for record in result.history:
+        assert record["epsilon"] <= target + 1e-9
+
+
+def test_per_silo_epsilons_differ_with_silo_size():
+    data = from_silos([(np.ones((n, 2), np.float32), np.zeros(n, np.int32)) for n in (20, 200)])
+    alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), batch_size=5, clip_norm=1.0, noise_multiplier=2.0)
+    privacy = alg.privacy(np.asarray(data.counts))
+    assert privacy.level == "record" and len(privacy.events) == 2
+    assert privacy.events[0].source_dataset_size == 20 and privacy.events[1].source_dataset_size == 200
+    poisson_alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), sampling_rate=0.1, clip_norm=1.0,
+                                noise_multiplier=2.0)
+    ledger = SiloLedger(list(poisson_alg.privacy(np.array([20, 200])).events))
+    ledger.record(10)
+    eps = ledger.epsilons(np.array([1 / 20**2, 1 / 200**2]))
+    assert eps[0] < eps[1]  # same rate, larger silo has smaller delta_i = 1/n_i^2 and so larger epsilon
+
+
+def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
+    alg = _dp_sgd(z=1.2)
+    test_x = small_data.x.reshape(-1, 5)
+    test_y = small_data.y.reshape(-1)
+    evaluate = lambda p: {"acc": binary_accuracy(p, test_x, test_y)}
+    kw = dict(rounds=10, key=3, eval_every=2, delta=1e-5, progress=False)
+    unbroken = train(alg, small_data, init_linear(5), eval_fn=evaluate, **kw)
+
+    calls = {"n": 0}
+
+    def dying_eval(p):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the process "dies" during the evaluation after round 6
+            raise KeyboardInterrupt
+        return evaluate(p)
+
+    metrics, ckpt = tmp_path / "metrics.jsonl", tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        train(alg, small_data, init_linear(5), eval_fn=dying_eval, metrics_path=metrics, checkpoint_dir=ckpt, **kw)
+    kept = read_metrics(metrics)
+    assert [r["round"] for r in kept] == [2, 4]  # everything reported before the kill survives
+    assert sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) == [2, 4]
+
+    resumed = train(alg, small_data, init_linear(5), eval_fn=evaluate, metrics_path=metrics, checkpoint_dir=ckpt, **kw)
+    assert resumed.rounds == 10
+    assert _leaves_equal(resumed.state, unbroken.state)
+    assert resumed.epsilon == pytest.approx(unbroken.epsilon, rel=1e-12)
+    assert [r["round"] for r in read_metrics(metrics)] == [2, 4, 6, 8, 10]
+    assert read_metrics(metrics)[-1]["acc"] == pytest.approx(unbroken.history[-1]["acc"])
+
+
+def test_chunking_does_not_change_results(small_data):
+    alg = local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, batch_size=4, clip_norm=1.0,
+                    noise_multiplier=0.8, silos_per_round=3)
+    a = train(alg, small_data, init_linear(5), rounds=9, key=0, eval_every=9, progress=False)
+    b = train(alg, small_data, init_linear(5), rounds=9, key=0, eval_every=2, progress=False)
+    assert _leaves_equal(a.state, b.state)
+
+
+def test_bitwise_identical_on_one_and_four_devices():
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np, optax
+        from _helpers import make_silos
+        from jaxfl.algorithms import dp_fedavg, local_sgd, minibatch_sgd
+        from jaxfl.data.federated import from_silos
+        from jaxfl.engine import sharding, train
+        from jaxfl.models import init_linear, logistic_loss
+        assert jax.device_count() == 4, jax.devices()
+        data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28], seed=4))  # 7 silos: padded to 8 on 4 devices
+        algs = [minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=8, clip_norm=1.0,
+                              noise_multiplier=1.1, silos_per_round=5),
+                local_sgd(logistic_loss, client_opt=optax.sgd(0.2), local_steps=4, sampling_rate=0.3, clip_norm=0.5,
+                          noise_multiplier=0.9),
+                dp_fedavg(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=5, client_rate=0.5,
+                          clip_norm=0.3, noise_multiplier=1.0)]
+        for alg in algs:
+            outs = []
+            for mesh in [None, sharding.silo_mesh(jax.devices()[:1]), sharding.silo_mesh(jax.devices())]:
+                res = train(alg, data, init_linear(5), rounds=6, key=7, eval_every=3, mesh=mesh, progress=False)
+                outs.append(np.concatenate([np.ravel(l) for l in jax.tree_util.tree_leaves(res.state.params)]))
+            assert all(np.array_equal(outs[0], o) for o in outs[1:]), (alg.name, outs)
+            assert np.any(outs[0] != 0)
+        print("BITWISE-OK")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_sweep_equals_individual_runs(small_data):
+    build = lambda lr, z: minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), batch_size=6, clip_norm=1.0,
+                                        noise_multiplier=z)
+    grid = {"lr": [0.1, 0.5], "z": [0.5, 2.0]}
+    out = sweep(build, grid, small_data, init_linear(5), rounds=5, seeds=[0, 3])
+    assert out.params["w"].shape == (4, 2, 5)
+    for i, cfg in enumerate(out.configs):
+        for j, seed in enumerate([0, 3]):
+            single = train(build(**cfg), small_data, init_linear(5), rounds=5, key=seed, progress=False)
+            np.testing.assert_allclose(out.params["w"][i, j], single.state.params["w"], rtol=1e-5, atol=1e-6)
+
+
+def test_uniform_participation_picks_m_real_silos():
+    counts = jnp.asarray([10, 0, 5, 7, 3, 0, 9], jnp.int32)
+    pick = participation.uniform(3)
+    seen = np.zeros(7)
+    for r in range(200):
+        w = np.asarray(pick(jax.random.fold_in(jax.random.key(0), r), counts))
+        assert w.sum() == 3 and w[1] == 0 and w[5] == 0
+        seen += w
+    assert np.all(seen[[0, 2, 3, 4, 6]] > 80)  # each of the 5 real silos ~ 120 times
+
+
+def test_train_rejects_bad_privacy_input(small_data):
+    alg = _dp_sgd()
+    for kwargs, match in [(dict(target_epsilon=0.0, delta=1e-5), "target_epsilon"),
+                          (dict(target_epsilon=-1.0, delta=1e-5), "target_epsilon"),
+                          (dict(target_epsilon=1.0, delta=1.5), "delta"),
+                          (dict(target_epsilon=1.0, delta=0.0), "delta"),
+                          (dict(target_epsilon=1.0), "delta")]:
+        with pytest.raises(ValueError, match=match):
+            train(alg, small_data, init_linear(5), rounds=2, progress=False, **kwargs)
+    nonprivate = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), batch_size=4)
+    with pytest.raises(ValueError, match="not private"):
+        train(nonprivate, small_data, init_linear(5), rounds=2, target_epsilon=1.0, delta=1e-5, progress=False)
+
+
+def test_metrics_file_has_one_record_per_evaluation(tmp_path, small_data):
+    path = tmp_path / "m.jsonl"
+    train(_dp_sgd(), small_data, init_linear(5), rounds=7, eval_every=3, delta=1e-5, metrics_path=path,
+          run_info={"seed": 0}, progress=False)
+    rows = read_metrics(path)
+    assert [r["round"] for r in rows] == [3, 6, 7]
+    assert all({"epsilon", "seed", "participants", "clipped_fraction", "wall_seconds"} <= set(r) for r in rows)
+    assert rows[0]["epsilon"] < rows[1]["epsilon"] < rows[2]["epsilon"]
+    json.dumps(rows)
