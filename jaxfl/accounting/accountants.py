@@ -18,6 +18,7 @@ dedicated accountant for those.
 from __future__ import annotations
 
 import copy as _copy
+import logging
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import dp_accounting
@@ -30,6 +31,23 @@ from jaxfl.accounting import _validate
 NeighboringRelation = dp_accounting.NeighboringRelation
 DpEvent = dp_accounting.DpEvent
 UnsupportedEventError = dp_accounting.UnsupportedEventError
+
+
+
+class _DroppedOrderFilter(logging.Filter):
+    """Hides dp_accounting's per-order convergence warnings.
+
+    At small fractional orders (e.g. 1.1-1.7 for q = 0.2) dp_accounting's series for the sampled
+    Gaussian may not converge; it then drops that order and logs one warning per order and per call.
+    The epsilon it returns is still valid (a minimum over the remaining orders), so jaxfl keeps the
+    log readable instead of printing hundreds of such lines during a calibration.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "failed to converge" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_DroppedOrderFilter())
 
 #: dp_accounting's default RDP orders (fractional 1.1..10.9, integers 11..63, 128, 256, 512, 1024).
 DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)

@@ -54,9 +54,10 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence], data: FederatedD
     names = list(grid)
     seeds = np.asarray(list(seeds))
     table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in names}
+    table["__config__"] = jnp.arange(len(configs))  # gives vmap an axis even for an empty grid
 
     def one(hp, seed):
-        algorithm = build(**hp)
+        algorithm = build(**{n: v for n, v in hp.items() if n != "__config__"})
         state = algorithm.init(params)
         state, infos = run_rounds(algorithm, state, data, jax.random.key(seed), 0, rounds)
         metrics = evaluate(state.params) if evaluate is not None else {}
@@ -67,7 +68,11 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence], data: FederatedD
     batch = len(configs) if configs_per_batch is None else int(configs_per_batch)
     outs = []
     for lo in range(0, len(configs), batch):
-        part = {n: v[lo:lo + batch] for n, v in table.items()}
-        outs.append(jax.device_get(program(part, jnp.asarray(seeds))))
+        # The last batch is padded by repeating its last config, so every batch has one shape
+        # (one compilation), and trimmed afterwards.
+        take = np.minimum(np.arange(lo, lo + batch), len(configs) - 1)
+        part = {n: v[take] for n, v in table.items()}
+        out = jax.device_get(program(part, jnp.asarray(seeds)))
+        outs.append(jax.tree_util.tree_map(lambda a: a[: min(batch, len(configs) - lo)], out))
     stacked = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
     return SweepResult(configs, seeds, *stacked)

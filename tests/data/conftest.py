@@ -3,17 +3,12 @@ from __future__ import annotations
 
 import functools
 import http.server
-import importlib.util
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-if importlib.util.find_spec("jaxfl") is None:   # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from jaxfl.data.sources import find_file  # noqa: E402
+from jaxfl.data.sources import find_file
 
 
 def _shared_file(relpath: str) -> Path:

@@ -1,0 +1,71 @@
+"""The jaxfl command line: demo, list, account, reproduce, bench; errors are one line with exit 2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jaxfl.cli import main
+
+
+def _run(*args):
+    """Runs ``jaxfl ARGS`` in a fresh process: (exit code, stdout, stderr)."""
+    out = subprocess.run([sys.executable, "-m", "jaxfl.cli", *args], capture_output=True, text=True, timeout=600)
+    return out.returncode, out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["account", "--noise-multiplier", "1.1", "--steps", "10", "--delta", "1.5"], "--delta"),
+    (["account", "--target-epsilon", "0", "--steps", "10", "--delta", "1e-5"], "--target-epsilon"),
+    (["account", "--target-epsilon", "-2", "--steps", "10", "--delta", "1e-5"], "--target-epsilon"),
+    (["reproduce", "no-such-experiment"], "no-such-experiment"),
+    (["bench", "no-such-benchmark"], "no-such-benchmark"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxfl: error:") and needle in err[0]
+
+
+def test_process_level_error_has_no_traceback():
+    code, out, err = _run("account", "--noise-multiplier", "1.0", "--steps", "5", "--delta", "0")
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "Traceback" not in err and "--delta" in err
+    code, _, err = _run("account", "--accountant", "bogus", "--noise-multiplier", "1", "--steps", "5", "--delta", "1e-5")
+    assert code == 2 and "bogus" in err and "Traceback" not in err
+
+
+def test_account_json_matches_oracle_a5(capsys):
+    # Oracle A5 (jax_privacy docs): PLD, sigma=3, T=512, q=0.1, delta=1e-6 -> epsilon ~ 3.77.
+    assert main(["account", "--accountant", "pld", "--noise-multiplier", "3", "--sampling-rate", "0.1",
+                 "--steps", "512", "--delta", "1e-6", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["accountant"] == "pld" and doc["delta"] == 1e-6
+    assert doc["epsilon"] == pytest.approx(3.76969, abs=5e-3)
+    assert main(["account", "--accountant", "pld", "--target-epsilon", "1", "--sampling-rate", "0.1",
+                 "--steps", "512", "--delta", "1e-6", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["noise_multiplier"] == pytest.approx(9.66183, abs=5e-3)
+
+
+def test_list_names_experiments_and_benchmarks(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "demo" in out and "engine_vs_loop" in out
+
+
+def test_reproduce_demo_quick_writes_results_schema(tmp_path, capsys):
+    assert main(["reproduce", "demo", "--quick", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["experiment"] == "demo" and {"jaxfl_version", "config", "runs", "environment"} <= set(doc)
+    assert doc["environment"]["backend"] == "cpu"
+    private = [r for r in doc["runs"] if r["epsilon"] is not None]
+    assert private and all(r["privacy"]["epsilon_spent"] <= r["epsilon"] + 1e-9 for r in private)
+    assert all({"algorithm", "delta", "seed", "metrics", "privacy", "wall_seconds"} <= set(r) for r in doc["runs"])
+    assert all(0.0 <= r["metrics"]["test_error"] <= 1.0 for r in doc["runs"])
+    # Private runs must not beat the non-private ones by more than noise: a sanity check on the table.
+    best_nonprivate = min(r["metrics"]["test_error"] for r in doc["runs"] if r["epsilon"] is None)
+    assert best_nonprivate < 0.1
+    header = (tmp_path / "curves.csv").read_text().splitlines()[0]
+    assert "round" in header and "participants" in header
+    assert (tmp_path / "figure.png").stat().st_size > 1000
