@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import jax
@@ -19,6 +20,7 @@ from jaxfl.data.federated import from_silos
 from jaxfl.engine import participation, sweep, train
 from jaxfl.engine.metrics import read_metrics
 from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+from _helpers import make_silos
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -181,3 +183,47 @@ def test_metrics_file_has_one_record_per_evaluation(tmp_path, small_data):
     assert all({"epsilon", "seed", "participants", "clipped_fraction", "wall_seconds"} <= set(r) for r in rows)
     assert rows[0]["epsilon"] < rows[1]["epsilon"] < rows[2]["epsilon"]
     json.dumps(rows)
+
+
+def test_sigkill_mid_run_keeps_metrics_and_checkpoint(tmp_path):
+    """A real kill -9 during training: every metrics line written so far parses, the last checkpoint
+    restores, and a resumed run finishes with the same model as an unbroken one."""
+    script = textwrap.dedent(f"""
+        import time, optax
+        from _helpers import make_silos
+        from jaxfl.algorithms import minibatch_sgd
+        from jaxfl.data.federated import from_silos
+        from jaxfl.engine import train
+        from jaxfl.models import init_linear, logistic_loss
+        data = from_silos(make_silos([40, 25, 33, 40, 18]))
+        alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.2, clip_norm=1.0,
+                            noise_multiplier=1.0)
+        def slow_eval(p):
+            time.sleep(0.4)
+            return {{"w0": float(p["w"][0])}}
+        train(alg, data, init_linear(5), rounds=40, key=5, eval_every=2, eval_fn=slow_eval, delta=1e-5,
+              metrics_path={str(tmp_path / "m.jsonl")!r}, checkpoint_dir={str(tmp_path / "ckpt")!r}, progress=False)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    metrics = tmp_path / "m.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 4):
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    rows = read_metrics(metrics)  # every line written before the kill is complete JSON
+    assert len(rows) >= 4 and rows[-1]["round"] < 40
+    from jaxfl.engine.checkpoint import Checkpointer
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    last = ckpt.latest_step()
+    ckpt.close()
+    assert last is not None and last >= rows[-2]["round"]
+
+    alg = _dp_sgd(z=1.0)
+    data = from_silos(make_silos([40, 25, 33, 40, 18]))
+    kw = dict(rounds=40, key=5, eval_every=2, delta=1e-5, progress=False)
+    resumed = train(alg, data, init_linear(5), metrics_path=metrics, checkpoint_dir=tmp_path / "ckpt", **kw)
+    unbroken = train(alg, data, init_linear(5), **kw)
+    assert _leaves_equal(resumed.state, unbroken.state)
+    assert [r["round"] for r in read_metrics(metrics)] == list(range(2, 41, 2))
