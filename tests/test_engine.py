@@ -67,6 +67,19 @@ def test_per_silo_epsilons_differ_with_silo_size():
     assert eps[0] < eps[1]  # same rate, larger silo has smaller delta_i = 1/n_i^2 and so larger epsilon
 
 
+def test_train_with_per_silo_delta_reports_per_silo_epsilons():
+    data = from_silos(make_silos([60, 15, 30]))
+    counts = np.asarray(data.counts)
+    result = train(_dp_sgd(z=1.5), data, init_linear(5), rounds=12, key=np.int64(2), delta=1.0 / counts**2,
+                   target_epsilon=50.0, progress=False)
+    assert result.rounds == 12 and result.epsilons.shape == (3,)
+    # Same sampling rate and noise for every silo: the smaller delta_i = 1/n_i^2 costs more epsilon.
+    assert result.epsilons[0] > result.epsilons[2] > result.epsilons[1]
+    assert result.epsilon == result.epsilons.max()
+    with pytest.raises(ValueError, match="per-silo delta"):
+        train(_dp_sgd(), data, init_linear(5), rounds=2, delta=[1e-5, 1e-5], progress=False)
+
+
 def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
     alg = _dp_sgd(z=1.2)
     test_x = small_data.x.reshape(-1, 5)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 
 import jax
+import numpy as np
 
 SERVER = 2**31 - 1
 """Silo id used for draws made by the server rather than by a silo."""
@@ -54,8 +55,8 @@ def derive(root: jax.Array, *, round, silo, step, purpose: Purpose) -> jax.Array
 
 def as_key(seed_or_key) -> jax.Array:
     """A typed PRNG key from an int seed, a raw ``uint32[2]`` key or a typed key."""
-    if isinstance(seed_or_key, int):
-        return jax.random.key(seed_or_key)
+    if isinstance(seed_or_key, (int, np.integer)):
+        return jax.random.key(int(seed_or_key))
     if jax.dtypes.issubdtype(seed_or_key.dtype, jax.dtypes.prng_key):
         return seed_or_key
     return jax.random.wrap_key_data(seed_or_key)
