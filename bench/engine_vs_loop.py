@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import federated, load_mnist, partition, preprocess
 from jaxfl.engine import run_rounds
@@ -92,9 +92,9 @@ def main():
     delta = 1.0 / n**2
     clip = float(np.max(np.linalg.norm(x_host, axis=-1)))  # logistic gradients have norm <= ||x||
     lipschitz = 2 * clip  # seed 000's L = 2 max ||x||
-    # Seed 000's experimental noise on each silo's mean gradient: sigma^2 = 8 L^2 ln(1/delta) R / (n^2 eps^2).
-    sigma = math.sqrt(8 * lipschitz**2 * math.log(1 / delta) * ROUNDS / (n**2 * EPSILON**2))
-    noise_multiplier = sigma * BATCH / clip  # jaxfl's noise std is z*C on the sum of K clipped gradients
+    # Seed 000's experimental noise on each silo's mean gradient, and jaxfl's multiplier for it.
+    sigma = lowy_convex.sigma_experiment_mbsgd(lipschitz, n, ROUNDS, EPSILON, delta)
+    noise_multiplier = lowy_convex.noise_multiplier_from_sigma(sigma, clip, BATCH)
 
     algorithm = minibatch_sgd(loss, server_opt=optax.sgd(STEP_SIZE), batch_size=BATCH, clip_norm=clip,
                               noise_multiplier=noise_multiplier)
