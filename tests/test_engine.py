@@ -109,6 +109,8 @@ def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
     assert resumed.epsilon == pytest.approx(unbroken.epsilon, rel=1e-12)
     assert [r["round"] for r in read_metrics(metrics)] == [2, 4, 6, 8, 10]
     assert read_metrics(metrics)[-1]["acc"] == pytest.approx(unbroken.history[-1]["acc"])
+    with pytest.raises(ValueError, match="belongs to another run"):
+        train(alg, small_data, init_linear(5), checkpoint_dir=ckpt, **{**kw, "key": 4})
 
 
 def test_chunking_does_not_change_results(small_data):

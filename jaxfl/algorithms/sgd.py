@@ -48,8 +48,9 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
       silos_per_round: ``None`` (all), an int ``M`` (uniform without replacement), or a
         participation callable from :mod:`jaxfl.engine.participation`.
 
-    Privacy (add/remove-one record in a silo, each silo's own transcript): per round, one
-    sampled Gaussian with noise multiplier ``z``. Poisson sampling is accounted by dp_accounting;
+    Privacy (add/remove-one record in a silo, each silo's own transcript; silo sizes ``n_i`` are
+    public, as the normalization by the expected batch size assumes): per round, one sampled
+    Gaussian with noise multiplier ``z``. Poisson sampling is accounted by dp_accounting;
     with-replacement sampling needs the seed-000 accounting (dp_accounting has no such event).
     """
     private = check_private_args(clip_norm, noise_multiplier)

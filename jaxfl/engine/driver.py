@@ -137,8 +137,12 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     start = 0
     writer = MetricsWriter(metrics_path)
     ckpt = Checkpointer(checkpoint_dir) if checkpoint_dir is not None else None
+    run_id = {"algorithm": algorithm.name, "key": np.asarray(jax.random.key_data(root)).ravel().tolist()}
     if ckpt is not None and ckpt.latest_step() is not None:
         state, meta = ckpt.restore(ckpt.latest_step(), state)
+        if {k: meta.get(k) for k in run_id} != run_id:
+            raise ValueError(f"checkpoint in {checkpoint_dir} belongs to another run (algorithm "
+                             f"{meta.get('algorithm')!r}, key {meta.get('key')}); this run is {run_id}")
         start = int(meta["round"])
         if ledger is not None:
             ledger.record(start)
@@ -172,7 +176,7 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                 writer.write(record)
                 history.append(record)
                 if ckpt is not None:
-                    ckpt.save(r, state, {"round": r, "algorithm": algorithm.name})
+                    ckpt.save(r, state, {"round": r, **run_id})
                 bar.update(n)
                 if target_epsilon is not None and r < rounds and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0:
                     stop_reason = "budget"
@@ -184,6 +188,6 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     epsilon = epsilons = None
     if ledger is not None:
         epsilon = float(ledger.epsilon(delta))
-        epsilons = np.asarray(ledger.epsilons(delta)) if hasattr(ledger, "epsilons") else None
+        epsilons = np.asarray(ledger.epsilons(delta))
     return TrainResult(state, r, stop_reason, history, epsilon, epsilons, ledger)
 
