@@ -1,4 +1,10 @@
-"""jaxfl: differentially private federated learning across silos, in JAX."""
+"""jaxfl: differentially private federated learning across silos, in JAX.
+
+Subpackages: :mod:`jaxfl.data` (silo-major datasets, loaders, partitioners), :mod:`jaxfl.privacy`
+(keys, clipping, noise, optax transforms), :mod:`jaxfl.accounting` (accountants, ledgers, closed
+forms), :mod:`jaxfl.engine` (algorithm protocol, rounds, driver, sweeps, sharding),
+:mod:`jaxfl.algorithms`, :mod:`jaxfl.models`, :mod:`jaxfl.experiments`.
+"""
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -6,7 +12,9 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.1.0"
 
+from jaxfl import accounting, algorithms, data, engine, models, privacy
 from jaxfl.data.federated import FederatedData, from_silos
 from jaxfl.engine import FederatedAlgorithm, RoundPrivacy, sweep, train
 
-__all__ = ["FederatedData", "from_silos", "FederatedAlgorithm", "RoundPrivacy", "sweep", "train", "__version__"]
+__all__ = ["FederatedData", "from_silos", "FederatedAlgorithm", "RoundPrivacy", "sweep", "train", "accounting",
+           "algorithms", "data", "engine", "models", "privacy", "__version__"]
