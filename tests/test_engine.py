@@ -242,3 +242,15 @@ def test_sigkill_mid_run_keeps_metrics_and_checkpoint(tmp_path):
     unbroken = train(alg, data, init_linear(5), **kw)
     assert _leaves_equal(resumed.state, unbroken.state)
     assert [r["round"] for r in read_metrics(metrics)] == list(range(2, 41, 2))
+
+
+def test_projection_keeps_the_model_in_the_constraint_set(small_data):
+    radius = 0.05
+    alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(2.0), batch_size=8,
+                        projection=lambda p: optax.projections.projection_l2_ball(p, radius))
+    free = minibatch_sgd(logistic_loss, server_opt=optax.sgd(2.0), batch_size=8)
+    projected = train(alg, small_data, init_linear(5), rounds=6, eval_every=1, progress=False,
+                      eval_fn=lambda p: {"norm": optax.tree.norm(p)})
+    unconstrained = train(free, small_data, init_linear(5), rounds=6, progress=False)
+    assert all(r["norm"] <= radius * (1 + 1e-6) for r in projected.history)
+    assert float(optax.tree.norm(unconstrained.state.params)) > radius

@@ -39,10 +39,14 @@ def init_server(server_opt: optax.GradientTransformation):
     return lambda params: ServerState(params, server_opt.init(params), jnp.zeros([], jnp.int32))
 
 
-def apply_server_update(server_opt, state: ServerState, pseudo_gradient):
-    """One ``server_opt`` step on ``pseudo_gradient``; returns the next :class:`ServerState`."""
+def apply_server_update(server_opt, state: ServerState, pseudo_gradient, projection=None):
+    """One ``server_opt`` step on ``pseudo_gradient``, then ``projection`` (e.g. onto the constraint
+    set ``W``: ``lambda p: optax.projections.projection_l2_ball(p, radius)``); returns the next state."""
     updates, opt_state = server_opt.update(pseudo_gradient, state.opt_state, state.params)
-    return ServerState(optax.apply_updates(state.params, updates), opt_state, state.round + 1)
+    params = optax.apply_updates(state.params, updates)
+    if projection is not None:
+        params = projection(params)
+    return ServerState(params, opt_state, state.round + 1)
 
 
 def safe_mean(tree, total):
@@ -51,11 +55,11 @@ def safe_mean(tree, total):
     return jax.tree_util.tree_map(lambda a: a * inverse, tree)
 
 
-def mean_server(server_opt: optax.GradientTransformation):
-    """Server step on the mean of the participants' messages (MB-SGD, Local SGD)."""
+def mean_server(server_opt: optax.GradientTransformation, projection=None):
+    """Server step on the mean of the participants' messages (MB-SGD, Local SGD), then ``projection``."""
 
     def server(state, summed, ctx):
         mean = safe_mean(summed, ctx.total_weight)
-        return apply_server_update(server_opt, state, mean), {"update_norm": optax.tree.norm(mean)}
+        return apply_server_update(server_opt, state, mean, projection), {"update_norm": optax.tree.norm(mean)}
 
     return server

@@ -31,7 +31,7 @@ def _silo_privacy(sampler, noise_multiplier, steps_per_round):
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
                   sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0,
-                  silos_per_round=None, name: str | None = None) -> FederatedAlgorithm:
+                  silos_per_round=None, projection=None, name: str | None = None) -> FederatedAlgorithm:
     """Distributed minibatch SGD; with ``noise_multiplier > 0`` it is ISRL-DP noisy MB-SGD.
 
     Per round, each participating silo ``i`` samples a minibatch (``batch_size`` draws with
@@ -47,6 +47,8 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
       noise_multiplier: ``z``; the noise std on each silo's clipped sum is ``z C``. May be traced.
       silos_per_round: ``None`` (all), an int ``M`` (uniform without replacement), or a
         participation callable from :mod:`jaxfl.engine.participation`.
+      projection: ``params -> params`` applied after each server step (seed 000's ``Pi_W``), e.g.
+        ``lambda p: optax.projections.projection_l2_ball(p, radius)``. Post-processing: no privacy cost.
 
     Privacy (add/remove-one record in a silo, each silo's own transcript; silo sizes ``n_i`` are
     public, as the normalization by the expected batch size assumes): per round, one sampled
@@ -62,7 +64,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
 
     return FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, mean_server(server_opt), resolve(silos_per_round)),
+        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round)),
         privacy=_silo_privacy(sampler, noise_multiplier, 1) if private else None,
         name=name or ("dp_minibatch_sgd" if private else "minibatch_sgd"),
     )
@@ -71,12 +73,13 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
 def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
               server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
               sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
-              name: str | None = None) -> FederatedAlgorithm:
+              projection=None, name: str | None = None) -> FederatedAlgorithm:
     """Local SGD / FedAvg; with ``noise_multiplier > 0`` every local step is clipped and noised.
 
     Each participating silo runs ``local_steps`` steps of ``client_opt`` from the server model
     (under ``lax.scan``) and sends ``w - w_local``; the server applies ``server_opt`` (default
-    ``optax.sgd(1.0)``, i.e. plain model averaging) to the mean of those deltas.
+    ``optax.sgd(1.0)``, i.e. plain model averaging) to the mean of those deltas, then ``projection``
+    (see :func:`minibatch_sgd`).
 
     Privacy: per round, each silo's transcript composes ``local_steps`` sampled Gaussians.
     """
@@ -97,7 +100,7 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
 
     return FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, mean_server(server_opt), resolve(silos_per_round)),
+        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round)),
         privacy=_silo_privacy(sampler, noise_multiplier, int(local_steps)) if private else None,
         name=name or ("dp_local_sgd" if private else "local_sgd"),
     )
