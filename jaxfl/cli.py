@@ -80,9 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dp_accounting import UnsupportedEventError
+
     try:
         code = args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, UnsupportedEventError) as e:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"jaxfl: error: {message}", file=sys.stderr)
         return 2

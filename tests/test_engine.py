@@ -254,3 +254,21 @@ def test_projection_keeps_the_model_in_the_constraint_set(small_data):
     unconstrained = train(free, small_data, init_linear(5), rounds=6, progress=False)
     assert all(r["norm"] <= radius * (1 + 1e-6) for r in projected.history)
     assert float(optax.tree.norm(unconstrained.state.params)) > radius
+
+
+def test_with_replacement_minibatches_are_accounted_by_the_theorem_calculus(small_data):
+    from jaxfl.accounting import lowy_convex as lc
+
+    n_min, rounds, eps, delta = int(np.min(np.asarray(small_data.counts))), 20, 4.0, 1e-5
+    K = lc.min_batch_theorem(n_min, rounds, eps, delta)
+    z = lc.noise_multiplier_from_sigma(lc.sigma_theorem(1.0, n_min, rounds, eps, delta), clip_norm=1.0, batch_size=K)
+    alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=K, clip_norm=1.0, noise_multiplier=z)
+    with pytest.raises(Exception, match="cannot account"):
+        train(alg, small_data, init_linear(5), rounds=2, delta=delta, progress=False)  # RDP has no such event
+    done = train(alg, small_data, init_linear(5), rounds=rounds, accountant="lowy", target_epsilon=eps, delta=delta,
+                 eval_every=5, progress=False)
+    assert done.stop_reason == "completed" and done.epsilon <= eps  # the smallest silo is the theorem's n
+    assert np.argmax(done.epsilons) == int(np.argmin(np.asarray(small_data.counts)))
+    stopped = train(alg, small_data, init_linear(5), rounds=4 * rounds, accountant="lowy", target_epsilon=eps,
+                    delta=delta, eval_every=7, progress=False)
+    assert stopped.stop_reason == "budget" and rounds <= stopped.rounds < 4 * rounds and stopped.epsilon <= eps
