@@ -54,3 +54,20 @@ def test_as_key_accepts_seed_raw_and_typed():
     a = keys.as_key(3)
     b = keys.as_key(jax.random.key_data(a))
     np.testing.assert_array_equal(jax.random.key_data(a), jax.random.key_data(keys.as_key(b)))
+
+
+def test_dp_fedavg_server_noise_is_the_addressed_draw():
+    """DP-FedAvg's update is N(0, (zC)^2) from derive(root, r, SERVER, 0, NOISE), divided by q N."""
+    from jaxfl.algorithms import dp_fedavg
+
+    data = from_silos(make_silos([20, 30, 25, 10]))
+    loss = lambda p, x, y: 0.0 * jnp.sum(p["w"]) * jnp.sum(x)  # zero deltas: the update is pure noise
+    z, c, q = 1.3, 0.7, 0.5
+    alg = dp_fedavg(loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=4, client_rate=q, clip_norm=c,
+                    noise_multiplier=z)
+    params = {"w": jnp.zeros(3)}
+    root = jax.random.key(4)
+    state, _ = run_rounds(alg, alg.init(params), data, root, 5, 1)  # round index 5
+    k = keys.derive(root, round=5, silo=keys.SERVER, step=0, purpose=keys.Purpose.NOISE)
+    expected = np.asarray(gaussian_like(k, params, z * c)["w"]) / (q * 4)
+    np.testing.assert_allclose(np.asarray(state.params["w"]), -expected, rtol=1e-5, atol=1e-7)

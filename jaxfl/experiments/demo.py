@@ -53,15 +53,15 @@ def run(quick: bool = False, seeds: int | None = None):
         return minibatch_sgd(logistic_loss, server_opt=optax.sgd(SERVER_LR), sampling_rate=RATE, clip_norm=CLIP,
                              noise_multiplier=z)
 
-    settings = [("minibatch SGD (non-private)", None,
+    settings = [("minibatch SGD (non-private)",
                  lambda: minibatch_sgd(logistic_loss, server_opt=optax.sgd(SERVER_LR), sampling_rate=RATE)),
-                ("FedAvg / local SGD (non-private)", None,
+                ("FedAvg / local SGD (non-private)",
                  lambda: local_sgd(logistic_loss, client_opt=optax.sgd(LOCAL_LR), local_steps=LOCAL_STEPS,
                                    sampling_rate=RATE))]
     rows, curves = [], []
-    for name, _, build in settings:
+    for name, build in settings:
         t0 = time.perf_counter()
-        out = sweep(lambda: build(), {}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate)
+        out = sweep(build, {}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate)
         acc = out.metrics["test_accuracy"][0]
         rows.append(dict(setting=name, target=None, spent=math.inf, z=0.0, accuracy=acc,
                          seconds=time.perf_counter() - t0))
@@ -70,7 +70,7 @@ def run(quick: bool = False, seeds: int | None = None):
     # All DP settings in one vmapped program: the noise multiplier is a traced hyperparameter.
     t0 = time.perf_counter()
     zs = [noise_multiplier_for(eps, RATE, ROUNDS, float(deltas.min())) for eps in epsilons]
-    out = sweep(lambda z: dp_sgd(z), {"z": zs}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate)
+    out = sweep(dp_sgd, {"z": zs}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate)
     seconds = (time.perf_counter() - t0) / len(zs)
     for i, (eps, z) in enumerate(zip(epsilons, zs)):
         ledger = make_ledger(dp_sgd(z), counts)
