@@ -25,7 +25,7 @@ import optax
 
 from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms import minibatch_sgd
-from jaxfl.data import federated, load_mnist, partition, preprocess
+from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import run_rounds
 
 SILOS, RECORDS, FEATURES, BATCH, ROUNDS = 25, 1238, 50, 443, 35

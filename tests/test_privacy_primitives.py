@@ -3,7 +3,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import pytest
 import scipy.stats
 from hypothesis import given, settings, strategies as st
 

@@ -127,19 +127,31 @@ def noise_multiplier_from_sigma(sigma, clip_norm, batch_size):
 # The theorem's calculus as an accountant: sampling with replacement, which dp_accounting lacks.
 
 
-def _with_replacement_steps(event, count):
-    """Flattens ``event`` x ``count`` into ``[(n, K, z)] * steps``, or None if it is not made of
-    with-replacement-sampled Gaussians."""
+def flatten_steps(event, count, leaf):
+    """Flattens ``event`` composed ``count`` times into a list of ``leaf(e)`` items (``leaf`` returns a
+    list for the step events it knows, None otherwise); None if any part is not such a step."""
     if isinstance(event, dp_accounting.SelfComposedDpEvent):
-        inner = _with_replacement_steps(event.event, event.count)
+        inner = flatten_steps(event.event, event.count, leaf)
         return None if inner is None else inner * count
     if isinstance(event, dp_accounting.ComposedDpEvent):
-        parts = [_with_replacement_steps(e, 1) for e in event.events]
+        parts = [flatten_steps(e, 1, leaf) for e in event.events]
         return None if any(p is None for p in parts) else [s for p in parts for s in p] * count
+    items = leaf(event)
+    return None if items is None else items * count
+
+
+def _with_replacement_step(event):
     if (isinstance(event, dp_accounting.SampledWithReplacementDpEvent)
             and isinstance(event.event, dp_accounting.GaussianDpEvent)):
-        return [(event.source_dataset_size, event.sample_size, event.event.noise_multiplier)] * count
+        return [(event.source_dataset_size, event.sample_size, event.event.noise_multiplier)]
+    if isinstance(event, dp_accounting.GaussianDpEvent):  # a step on the full local batch: no sampling
+        return [(None, None, event.noise_multiplier)]
     return None
+
+
+def _with_replacement_steps(event, count):
+    """``[(n, K, z)] * steps`` of with-replacement-sampled Gaussians, or None."""
+    return flatten_steps(event, count, _with_replacement_step)
 
 
 class LowyAccountant(_DpAccountingAccountant):
@@ -158,7 +170,9 @@ class LowyAccountant(_DpAccountingAccountant):
     4. advanced composition (Dwork-Roth 3.20) of the ``m`` steps with ``delta'``.
 
     Where step 2 gives ``eps_pre > 1`` the calculus proves nothing and ``epsilon`` is ``inf``. The
-    guarantee is ISRL-DP for replace-one neighbours within a silo (the paper's relation).
+    guarantee is ISRL-DP for replace-one neighbours within a silo (the paper's relation). A plain
+    ``GaussianDpEvent(z)`` is a step on the full local batch (seed 002's SVRG checkpoints): steps 2 and 4
+    without amplification.
     """
 
     name = "lowy"
@@ -188,7 +202,7 @@ class LowyAccountant(_DpAccountingAccountant):
             eps_pre = math.sqrt(2 * math.log(1.25 / delta_step)) * 2.0 / z
             if eps_pre > 1.0:
                 return math.inf
-            per_step.append(closed_forms.amplify_with_replacement_ullman(eps_pre, k, n))
+            per_step.append(eps_pre if n is None else closed_forms.amplify_with_replacement_ullman(eps_pre, k, n))
         eps, _ = closed_forms.advanced_composition(per_step, [delta_step] * m, m, delta / 2)
         return eps
 

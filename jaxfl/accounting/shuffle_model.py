@@ -28,7 +28,7 @@ import math
 import dp_accounting
 
 from jaxfl.accounting import closed_forms
-from jaxfl.accounting.lowy_convex import LowyAccountant
+from jaxfl.accounting.lowy_convex import LowyAccountant, flatten_steps
 from jaxfl.accounting.accountants import register_accountant
 from jaxfl.privacy import shuffle
 
@@ -87,15 +87,7 @@ def _step_epsilon(event, delta: float) -> float:
 
 
 def _flatten(event, count):
-    if isinstance(event, dp_accounting.SelfComposedDpEvent):
-        inner = _flatten(event.event, event.count)
-        return None if inner is None else inner * count
-    if isinstance(event, dp_accounting.ComposedDpEvent):
-        parts = [_flatten(e, 1) for e in event.events]
-        return None if any(p is None for p in parts) else [s for p in parts for s in p] * count
-    if isinstance(event, (PvecDpEvent, ShuffledGaussianDpEvent)):
-        return [event] * count
-    return None
+    return flatten_steps(event, count, lambda e: [e] if isinstance(e, (PvecDpEvent, ShuffledGaussianDpEvent)) else None)
 
 
 class ShuffleAccountant(LowyAccountant):

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import math
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl.engine.protocol import ServerState
+from jaxfl.engine.protocol import RoundPrivacy, ServerState
 
 
 def is_concrete_zero(value) -> bool:
@@ -54,6 +55,19 @@ def silo_noise_multipliers(noise_multiplier, counts) -> list:
     if z.shape != counts.shape:
         raise ValueError(f"noise_multiplier has {z.shape[0]} entries for {counts.shape[0]} silos")
     return [(int(n), float(zi)) for n, zi in zip(counts, z) if n > 0]
+
+
+def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, adjacency: str = "add_remove"):
+    """``counts -> RoundPrivacy``: per silo with records, ``steps_per_round`` composed steps of
+    ``sampler.event(n_i, z_i)`` (a sampled Gaussian on the silo's clipped sum)."""
+    def privacy(counts):
+        events = []
+        for n, z in silo_noise_multipliers(noise_multiplier, counts):
+            step = sampler.event(n, z)
+            events.append(step if steps_per_round == 1 else dp_accounting.SelfComposedDpEvent(step, steps_per_round))
+        return RoundPrivacy(events=tuple(events), level="record", adjacency=adjacency)
+
+    return privacy
 
 
 def init_server(server_opt: optax.GradientTransformation):

@@ -31,7 +31,7 @@ from jax.flatten_util import ravel_pytree
 from jaxfl.accounting.calibrate import calibrate as calibrate_events
 from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms.common import (apply_server_update, check_private_args, init_server, per_silo_noise,
-                                     safe_mean, silo_noise_multipliers)
+                                     safe_mean, sampled_silo_privacy, silo_noise_multipliers)
 from jaxfl.algorithms.sgd import local_sgd
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
@@ -305,16 +305,9 @@ def _averaged(init, server_fn, weight_of_round):
 
 
 def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
-    sampler = local.make_sampler(batch_size=batch_size)
-
-    def privacy(counts):
-        events = []
-        for n, z in silo_noise_multipliers(noise_multiplier, counts):
-            step = sampler.event(n, z)
-            events.append(step if steps_per_round == 1 else dp_accounting.SelfComposedDpEvent(step, steps_per_round))
-        return RoundPrivacy(events=tuple(events), level="record", adjacency="replace_one")
-
-    return privacy
+    """Seed 000's statement: K draws with replacement, Gaussian, replace-one neighbours ("lowy")."""
+    return sampled_silo_privacy(local.make_sampler(batch_size=batch_size), noise_multiplier, steps_per_round,
+                                adjacency="replace_one")
 
 
 def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, noise_multiplier=0.0,
@@ -465,7 +458,7 @@ def _mix(a, x, b, y):
     return jax.tree_util.tree_map(lambda u, v: a * u + b * v, x, y)
 
 
-def _one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key):
+def one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key):
     """Batch ``round_index`` of a per-silo random order fixed for the run (disjoint across rounds).
 
     Round 0's silo key fixes the order: at round 0 it is the client's own key; later rounds re-derive it
@@ -517,7 +510,7 @@ def _acsa(*, schedule, batch_size, mu, regularization, sampling, silos_per_round
         w_md, round_index, pass_seed = sent
         z, silo_index = silo_values
         if sampling == "one_pass":
-            batch = _one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key)
+            batch = one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key)
         else:
             batch = sampler(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.MINIBATCH), x, y, count)
         return message_fn(w_md, batch, keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE), z)
@@ -547,7 +540,7 @@ def _acsa(*, schedule, batch_size, mu, regularization, sampling, silos_per_round
         privacy=privacy, name=name)
 
 
-def _one_pass_privacy(batch_size, events_for, central_for=None):
+def one_pass_privacy(batch_size, events_for, central_for=None):
     """Parallel composition over disjoint batches: the run costs one round, for ``floor(n_min / K)`` rounds."""
 
     def privacy(counts):
@@ -594,7 +587,7 @@ def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: in
     if not private:
         privacy = None
     elif sampling == "one_pass":
-        privacy = _one_pass_privacy(int(batch_size), gaussians)
+        privacy = one_pass_privacy(int(batch_size), gaussians)
     else:
         privacy = _with_replacement_privacy(int(batch_size), noise_multiplier)
     return _acsa(schedule=schedule, batch_size=batch_size, mu=mu, regularization=regularization, sampling=sampling,
@@ -708,7 +701,7 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size
     alg = _acsa(schedule=schedule, batch_size=k, mu=mu, regularization=regularization, sampling="one_pass",
                 silos_per_round=silos_per_round, projection=projection, message_fn=message, aggregator=int_sum,
                 decode=lambda total, ctx: decode(total, ctx),
-                privacy=_one_pass_privacy(k, events_for, central_for),
+                privacy=one_pass_privacy(k, events_for, central_for),
                 name=name or "sdp_accelerated_mbsgd", noise_multiplier=0.0)
 
     def init(p):

@@ -7,27 +7,14 @@ from __future__ import annotations
 
 import math
 
-import dp_accounting
 import jax
 import optax
 
-from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_silo_noise,
-                                    silo_noise_multipliers)
+from jaxfl.algorithms.common import check_private_args, init_server, mean_server, per_silo_noise, sampled_silo_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
-from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
+from jaxfl.engine.protocol import FederatedAlgorithm
 from jaxfl.engine.rounds import make_round
-
-
-def _silo_privacy(sampler, noise_multiplier, steps_per_round):
-    def privacy(counts):
-        events = []
-        for n, z in silo_noise_multipliers(noise_multiplier, counts):
-            step = sampler.event(n, z)
-            events.append(step if steps_per_round == 1 else dp_accounting.SelfComposedDpEvent(step, steps_per_round))
-        return RoundPrivacy(events=tuple(events), level="record")
-
-    return privacy
 
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
@@ -69,7 +56,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
     return FederatedAlgorithm(
         init=init_server(server_opt),
         round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z),
-        privacy=_silo_privacy(sampler, noise_multiplier, 1) if private else None,
+        privacy=sampled_silo_privacy(sampler, noise_multiplier, 1) if private else None,
         name=name or ("dp_minibatch_sgd" if private else "minibatch_sgd"),
     )
 
@@ -107,6 +94,6 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     return FederatedAlgorithm(
         init=init_server(server_opt),
         round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z),
-        privacy=_silo_privacy(sampler, noise_multiplier, int(local_steps)) if private else None,
+        privacy=sampled_silo_privacy(sampler, noise_multiplier, int(local_steps)) if private else None,
         name=name or ("dp_local_sgd" if private else "local_sgd"),
     )

@@ -18,7 +18,6 @@ import numpy as np
 
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine.driver import run_rounds
-from jaxfl.privacy import keys as keys_lib
 
 
 class SweepResult(NamedTuple):
