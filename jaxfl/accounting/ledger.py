@@ -13,12 +13,50 @@ Units: epsilon in nats, delta a probability, rounds a count.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
 
 from jaxfl.accounting import _validate
 from jaxfl.accounting.accountants import Accountant, DpEvent, UnsupportedEventError, make_accountant
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundCycleDpEvent(DpEvent):
+    """A per-round event that repeats with a period: round ``r`` releases ``events[r % len(events)]``.
+
+    For algorithms whose rounds differ in a fixed pattern (FedProx-SPIDER: a checkpoint every ``q``
+    rounds, difference steps between them). Only ledgers understand it: they hand the accountants
+    the member events, each composed as often as the recorded rounds hit its position.
+    """
+
+    events: tuple
+
+    def __post_init__(self):
+        if not self.events or not all(isinstance(e, DpEvent) for e in self.events):
+            raise ValueError(f"RoundCycleDpEvent needs a non-empty tuple of DpEvents, got {self.events!r}")
+
+    def counts(self, start: int, rounds: int) -> list[tuple[DpEvent, int]]:
+        """``[(event, times)]`` released by rounds ``start .. start + rounds - 1``."""
+        period = len(self.events)
+        full, rest = divmod(rounds, period)
+        plan: list[list] = []
+        for k, event in enumerate(self.events):
+            times = full + (1 if (k - start) % period < rest else 0)
+            same = next((p for p in plan if p[0] == event), None)
+            if same is not None:
+                same[1] += times
+            elif times:
+                plan.append([event, times])
+        return [(e, t) for e, t in plan if t]
+
+
+def _plan(event: DpEvent, start: int, rounds: int) -> list[tuple[DpEvent, int]]:
+    """What ``rounds`` rounds from round ``start`` compose: ``[(event, times)]``."""
+    if isinstance(event, RoundCycleDpEvent):
+        return event.counts(start, rounds)
+    return [(event, rounds)] if rounds else []
 
 
 def _group(events: Sequence[DpEvent]) -> tuple[list[DpEvent], np.ndarray]:
@@ -86,10 +124,14 @@ class SiloLedger:
         self._unique, self._group_of = _group(events)
         self._accountants: list[Accountant] = []
         for event in self._unique:
+            if self._parallel and isinstance(event, RoundCycleDpEvent):
+                raise ValueError("parallel composition of a RoundCycleDpEvent is not supported")
             acc = make_accountant(accountant, **accountant_kw)
             supports = getattr(acc, "supports", None)
-            if supports is not None and not supports(event):
-                raise UnsupportedEventError(f"the {accountant!r} accountant cannot account {event!r}")
+            members = event.events if isinstance(event, RoundCycleDpEvent) else (event,)
+            for member in members:
+                if supports is not None and not supports(member):
+                    raise UnsupportedEventError(f"the {accountant!r} accountant cannot account {member!r}")
             self._accountants.append(acc)
         self._rounds = 0
 
@@ -129,9 +171,9 @@ class SiloLedger:
         rounds = _validate.count(rounds, "rounds")
         if rounds:
             compositions = self._compositions(rounds)
-            if compositions:
-                for acc, event in zip(self._accountants, self._unique):
-                    acc.compose(event, compositions)
+            for acc, event in zip(self._accountants, self._unique):
+                for member, times in _plan(event, self._rounds, compositions):
+                    acc.compose(member, times)
             self._rounds += rounds
         return self
 
@@ -209,7 +251,10 @@ class SiloLedger:
             return False
         compositions = self._compositions(t)
         for acc, event, deltas in zip(self._accountants, self._unique, per_group):
-            trial = acc.copy().compose(event, compositions) if compositions else acc
+            plan = _plan(event, self._rounds, compositions)
+            trial = acc.copy() if plan else acc
+            for member, times in plan:
+                trial.compose(member, times)
             if any(trial.epsilon(d) > target for d in deltas):
                 return False
         return True

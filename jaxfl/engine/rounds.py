@@ -47,7 +47,8 @@ def _fit_silo_axis(values, num_silos: int):
 
 def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Participation, *,
                broadcast: Callable[[Any], Any] = lambda state: state.params,
-               aggregator: Aggregator = weighted_sum, per_silo: Any = None):
+               aggregator: Aggregator = weighted_sum, per_silo: Any = None,
+               participation_key: Callable[[Any, jax.Array], jax.Array] | None = None):
     """Builds ``round(state, data, round_key) -> (state, info)``.
 
     The round draws participation weights ``w: [num_silos]``, runs ``client_fn`` on every silo under

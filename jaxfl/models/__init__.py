@@ -12,5 +12,15 @@ def per_example_loss(module, loss):
     return fn
 
 
+# Imported after ``per_example_loss``, which nets uses.
+from jaxfl.models.nets import (CIFAR_INPUT_SHAPE, MNIST_INPUT_SHAPE, WBCD_INPUT_SHAPE, CifarCNN,  # noqa: E402
+                               MnistMLP, WbcdMLP, binary_error, binary_logistic_loss, cifar_error, cifar_loss,
+                               init_params, mnist_error, mnist_loss, multiclass_error, num_params,
+                               softmax_cross_entropy, wbcd_error, wbcd_loss)
+
 __all__ = ["binary_accuracy", "init_linear", "linear", "logistic_loss", "multiclass_accuracy", "softmax_loss",
-           "squared_loss", "per_example_loss"]
+           "squared_loss", "per_example_loss",
+           "MnistMLP", "CifarCNN", "WbcdMLP", "init_params", "num_params", "binary_logistic_loss",
+           "softmax_cross_entropy", "binary_error", "multiclass_error", "mnist_loss", "cifar_loss", "wbcd_loss",
+           "mnist_error", "cifar_error", "wbcd_error", "MNIST_INPUT_SHAPE", "CIFAR_INPUT_SHAPE",
+           "WBCD_INPUT_SHAPE"]

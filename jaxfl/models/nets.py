@@ -1,0 +1,185 @@
+"""Seed 002's three non-convex models (flax.linen) and their per-example losses.
+
+* :class:`MnistMLP` — ``Dense(64) -> ReLU -> Dense(1)`` on PCA-50 MNIST features, one logit for
+  the even (1) / odd (0) task. The authors' ``Nets.py`` had ``Linear(50, 64) -> Dropout(0.5) ->
+  ReLU -> Linear(64, 2)`` with a 2-class cross-entropy; we drop the dropout (per-example losses
+  must be deterministic functions of the parameters for clipping and the privacy analysis) and
+  use the equivalent single-logit parametrisation (the 2-logit softmax depends only on the logit
+  difference), so the model has ``50*64 + 64 + 64 + 1 = 3329`` parameters.
+* :class:`CifarCNN` — the PyTorch CIFAR-10 tutorial's LeNet (62,006 parameters).
+* :class:`WbcdMLP` — ``Dense(5) -> ReLU -> Dense(1)`` on the 30 standardised WBCD features
+  (``30*5 + 5 + 5 + 1 = 161`` parameters), one logit for malignant (1) / benign (0).
+
+Per-example losses have the library's signature ``(params, x, y) -> scalar`` for ONE record
+(``x`` without a batch axis) and work under ``jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))``.
+Error functions take a batch: ``(params, x: [n, ...], y: [n]) -> misclassification rate``.
+
+Initialisation: by default the layers use PyTorch's default initialisation (weights and biases
+``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``), since the authors' models are PyTorch modules;
+``torch_init=False`` gives flax's defaults (LeCun-normal weights, zero biases).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+import optax
+
+from jaxfl.models import per_example_loss
+
+MNIST_INPUT_SHAPE = (50,)
+CIFAR_INPUT_SHAPE = (32, 32, 3)
+WBCD_INPUT_SHAPE = (30,)
+CIFAR_CLASSES = 10
+
+
+# ------------------------------------------------------------------------------------------------
+# Initialisers and layers
+
+
+def _torch_uniform(fan_in: int):
+    """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: PyTorch's default for Linear/Conv weights and biases
+    (``kaiming_uniform_(a=sqrt(5))`` reduces to this bound for the weights)."""
+    bound = 1.0 / math.sqrt(fan_in)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def _dense(features: int, fan_in: int, torch_init: bool, name: str | None = None) -> nn.Dense:
+    if not torch_init:
+        return nn.Dense(features, name=name)
+    init = _torch_uniform(fan_in)
+    return nn.Dense(features, kernel_init=init, bias_init=init, name=name)
+
+
+def _conv(features: int, kernel: tuple[int, int], fan_in: int, torch_init: bool,
+          name: str | None = None) -> nn.Conv:
+    if not torch_init:
+        return nn.Conv(features, kernel, padding="VALID", name=name)
+    init = _torch_uniform(fan_in)
+    return nn.Conv(features, kernel, padding="VALID", kernel_init=init, bias_init=init, name=name)
+
+
+# ------------------------------------------------------------------------------------------------
+# Models
+
+
+class MnistMLP(nn.Module):
+    """``Dense(hidden) -> ReLU -> Dense(1)``: ``x: [..., 50]`` -> one logit ``[...]`` (even = 1)."""
+
+    hidden: int = 64
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.relu(_dense(self.hidden, x.shape[-1], self.torch_init, "hidden")(x))
+        return _dense(1, self.hidden, self.torch_init, "out")(h)[..., 0]
+
+
+class WbcdMLP(nn.Module):
+    """``Dense(hidden) -> ReLU -> Dense(1)``: ``x: [..., 30]`` -> one logit ``[...]`` (malignant = 1)."""
+
+    hidden: int = 5
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.relu(_dense(self.hidden, x.shape[-1], self.torch_init, "hidden")(x))
+        return _dense(1, self.hidden, self.torch_init, "out")(h)[..., 0]
+
+
+class CifarCNN(nn.Module):
+    """The PyTorch CIFAR-10 tutorial's LeNet: ``x: [n, 32, 32, 3]`` (NHWC) -> logits ``[n, 10]``.
+
+    ``Conv(6, 5x5, VALID) -> ReLU -> MaxPool 2x2 -> Conv(16, 5x5, VALID) -> ReLU -> MaxPool 2x2 ->
+    flatten (5*5*16 = 400) -> Dense 120 -> ReLU -> Dense 84 -> ReLU -> Dense 10``; 62,006 parameters
+    (456 + 2416 + 48120 + 10164 + 850). The flatten is in HWC order (PyTorch flattens CHW), which
+    permutes the first dense layer's rows and changes nothing else. A single image ``[32, 32, 3]``
+    gives ``[10]``.
+    """
+
+    num_classes: int = CIFAR_CLASSES
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        t = self.torch_init
+        x = nn.relu(_conv(6, (5, 5), 5 * 5 * x.shape[-1], t, "conv1")(x))
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = nn.relu(_conv(16, (5, 5), 5 * 5 * 6, t, "conv2")(x))
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = x.reshape(x.shape[:-3] + (-1,))
+        x = nn.relu(_dense(120, x.shape[-1], t, "fc1")(x))
+        x = nn.relu(_dense(84, 120, t, "fc2")(x))
+        return _dense(self.num_classes, 84, t, "fc3")(x)
+
+
+# ------------------------------------------------------------------------------------------------
+# Parameters
+
+
+def init_params(module: nn.Module, key: jax.Array, input_shape: Sequence[int]):
+    """``module.init`` on a zero batch of one record of shape ``input_shape`` (no batch axis), e.g.
+    ``init_params(CifarCNN(), key, (32, 32, 3))``. Returns the flax variables ``{"params": ...}``."""
+    return module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
+
+
+def num_params(params) -> int:
+    """Total number of scalars in a parameter pytree."""
+    return int(sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(params)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Losses on model outputs and error rates
+
+
+def binary_logistic_loss(logit, y):
+    """Numerically stable binary cross-entropy of ``sigmoid(logit)`` against ``y`` in {0, 1}:
+    ``softplus(logit) - y * logit``. ``logit``, ``y``: scalars (or equal shapes)."""
+    return optax.sigmoid_binary_cross_entropy(logit, jnp.asarray(y).astype(jnp.result_type(logit)))
+
+
+def softmax_cross_entropy(logits, y):
+    """``logsumexp(logits) - logits[y]`` for ``logits: [k]`` and an integer class ``y``."""
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y)
+
+
+def binary_error(module: nn.Module) -> Callable:
+    """``(params, x: [n, ...], y: [n]) -> mean((logit > 0) != (y > 0.5))`` for a one-logit model."""
+
+    def fn(params, x, y):
+        return jnp.mean((module.apply(params, x) > 0) != (y > 0.5))
+
+    return fn
+
+
+def multiclass_error(module: nn.Module) -> Callable:
+    """``(params, x: [n, ...], y: [n]) -> mean(argmax(logits) != y)`` for a k-logit model."""
+
+    def fn(params, x, y):
+        return jnp.mean(jnp.argmax(module.apply(params, x), axis=-1) != y)
+
+    return fn
+
+
+# The experiments' models (PyTorch initialisation) with their per-example losses and error rates.
+mnist_mlp = MnistMLP()
+cifar_cnn = CifarCNN()
+wbcd_mlp = WbcdMLP()
+
+mnist_loss = per_example_loss(mnist_mlp, binary_logistic_loss)
+"""``(params, x: [50], y: {0, 1}) -> scalar`` logistic loss of :class:`MnistMLP`."""
+cifar_loss = per_example_loss(cifar_cnn, softmax_cross_entropy)
+"""``(params, x: [32, 32, 3], y: int) -> scalar`` cross-entropy of :class:`CifarCNN`."""
+wbcd_loss = per_example_loss(wbcd_mlp, binary_logistic_loss)
+"""``(params, x: [30], y: {0, 1}) -> scalar`` logistic loss of :class:`WbcdMLP`."""
+
+mnist_error = binary_error(mnist_mlp)
+cifar_error = multiclass_error(cifar_cnn)
+wbcd_error = binary_error(wbcd_mlp)
