@@ -342,12 +342,17 @@ def run(setup: Setup, log=print) -> tuple[list[dict], dict]:
     return rows, config
 
 
-def _reproduce(setup: Setup, out_dir: Path) -> Path:
-    form = "QUICK FORM (tiny settings, not the paper's)" if setup.quick else "full form (the paper's settings)"
-    print(f"lowy-convex/{setup.dataset}: {form}")
-    rows, config = run(setup)
-    path = report.write(setup, rows, config, out_dir)
-    print(report.summary_markdown(setup, rows))
+def _reproduce(setup: Setup, out_dir: Path, *, prefix: str = "lowy-convex", runner=None, reporter=None,
+               form: str | None = None) -> Path:
+    """Runs ``setup`` (``runner(setup) -> (rows, config)``, default :func:`run`), writes its files with
+    ``reporter`` (default :mod:`lowy_convex_report`) and prints its summary. Seed 002 reuses it."""
+    runner, reporter = runner or run, reporter or report
+    if form is None:
+        form = "QUICK FORM (tiny settings, not the paper's)" if setup.quick else "full form (the paper's settings)"
+    print(f"{prefix}/{setup.dataset}: {form}")
+    rows, config = runner(setup)
+    path = reporter.write(setup, rows, config, out_dir)
+    print(reporter.summary_markdown(setup, rows))
     print(f"wall time {config['wall_seconds_total']:.1f} s ({form})")
     return path
 

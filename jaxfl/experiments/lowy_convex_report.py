@@ -34,11 +34,12 @@ def _fmt_eps(e: float) -> str:
     return "inf" if math.isinf(e) else f"{e:.3g}"
 
 
-def aggregate(rows, m: int) -> dict:
-    """``{algorithm: {eps or None: dict(mean, p5, p95, certified, reference, step sizes)}}`` for panel ``m``."""
+def aggregate(rows, m, key: str = "silos_per_round") -> dict:
+    """``{algorithm: {eps or None: dict(mean, p5, p95, certified, reference, step sizes)}}`` for the rows
+    whose ``key`` is ``m`` (the panel: seed 000's number of silos per round)."""
     out: dict = {}
     for r in rows:
-        if r["silos_per_round"] != m:
+        if r[key] != m:
             continue
         out.setdefault(r["algorithm"], {}).setdefault(r["epsilon"], []).append(r)
     table = {}
@@ -48,7 +49,7 @@ def aggregate(rows, m: int) -> dict:
             mean, p5, p95 = _band([r["test_error"] for r in rs])
             table[alg][eps] = {"mean": mean, "p5": p5, "p95": p95, "trials": len(rs),
                                "certified": max(r["epsilon_certified"] for r in rs),
-                               "reference": max(r["epsilon_rdp_poisson_reference"] for r in rs),
+                               "reference": max(r.get("epsilon_rdp_poisson_reference", math.inf) for r in rs),
                                "step_sizes": sorted({round(r["step_size"], 6) for r in rs})}
     return table
 
@@ -186,8 +187,13 @@ def write(setup, rows, config, out_dir: Path) -> Path:
                                   "with-replacement sampling actually run",
             })
         runs.append(rec)
+    return write_files(out_dir, f"lowy-convex/{setup.dataset}", config, runs, rows,
+                       lambda p: _figure(setup, rows, p), summary_markdown(setup, rows))
+
+
+def write_files(out_dir, experiment: str, config: dict, runs: list, rows: list, figure, summary: str) -> Path:
+    """results.json with ``runs``, curves.csv from the ``rows``' infos, figure.png and summary.md."""
     out = Path(out_dir)
-    path = write_results(out, experiment=f"lowy-convex/{setup.dataset}", config=config, runs=runs,
-                         curves=_curves(rows), figure=lambda p: _figure(setup, rows, p))
-    (out / "summary.md").write_text(summary_markdown(setup, rows) + "\n")
+    path = write_results(out, experiment=experiment, config=config, runs=runs, curves=_curves(rows), figure=figure)
+    (out / "summary.md").write_text(summary + "\n")
     return path
