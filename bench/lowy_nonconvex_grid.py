@@ -1,0 +1,189 @@
+"""Seed 002's whole MNIST grid as jaxfl's vmapped programs, against the same runs one at a time.
+
+The grid (§6.1; ``jaxfl reproduce lowy-nonconvex/mnist``): N = 25 digit-pair silos of n = 1238 records,
+PCA-50 features, MLP 50-64-1; (M, R) in {12, 25} x {25, 50}; K = 606 (R = 25) / 428 (R = 50); per
+panel and trial: MB-SGD and Local SGD over (7 epsilons + non-private) x 5 step sizes x 5 clips,
+FedProx-SPIDER per q in {1, 2} (R = 25) / {1..4} (R = 50) and Alt Fed-SPIDER over 7 epsilons x 5 x 5;
+``--reps`` repetitions, ``--trials`` trials.
+
+* **jaxfl**: the harness's grid programs (:func:`jaxfl.experiments.lowy_nonconvex.grid_program`): one
+  compiled program per (algorithm, M, R, q) serves every trial (M is static: one compilation per
+  panel); each call runs ``configs_per_batch`` configs x reps. Timed: AOT compilation of each program, and ``--timed-batches``
+  steady-state calls; extrapolated to the grid's number of calls.
+* **one run at a time**: the same algorithm, one ``jax.jit``-compiled run (hyperparameters as
+  arguments, so it compiles once per (algorithm, M, R, q) -- the kind a user's Python loop over the grid
+  would call), called once per run. Timed: its compilation and ``--timed-runs`` calls; extrapolated.
+* **Check**: the single-run program and the vmapped program give the same final parameters for the same
+  (config, seed).
+
+A run's cost depends on the algorithm, R and q only (not on epsilon, step size, clip or M: the engine
+computes every silo and weights non-participants by 0), which is what makes the extrapolation valid.
+
+Usage: python bench/lowy_nonconvex_grid.py [--quick] [--trials 3] [--reps 2] [--out ...]
+(``--quick``: the quick form's data (40 images per digit) and R = 4, a few seconds per program; written to
+``runs/bench/lowy_nonconvex_grid.quick.json``, never over the full record.)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfl.engine import grid_points, run_rounds
+from jaxfl.experiments import lowy_nonconvex as N
+
+
+def variants(setup, rounds):
+    return [(N.MB, None), (N.LOCAL, None), *((N.SPIDER, q) for q in setup.phases(rounds)), (N.ALT, None)]
+
+
+def table_of(setup, family, rounds):
+    grid = N.family_grid(setup, family, rounds)
+    configs = grid_points(grid)
+    return configs, {k: jnp.asarray([c[k] for c in configs], jnp.float32) for k in grid}
+
+
+def single_run_program(setup, family, m, rounds, batch, q):
+    """One run, hyperparameters and seed as arguments: ``(hp, seed, data, aux) -> params``."""
+    def one(hp, seed, data, aux):
+        scale = jnp.where(hp["eps"] > 0, 1.0 / jnp.maximum(hp["eps"], 1e-6), 0.0)
+        z = jax.tree_util.tree_map(lambda u: u * scale, aux["unit_z"])
+        algorithm = N.build_algorithm(setup, family, m, batch=batch, lr=hp["lr"], z=z, clip=hp["clip"], q=q)
+        state, _ = run_rounds(algorithm, algorithm.init(setup.init()), data, jax.random.key(seed), 0,
+                              N.engine_rounds(family, rounds))
+        return state.params
+    return jax.jit(one)
+
+
+def block(tree):
+    return jax.tree_util.tree_map(lambda a: a.block_until_ready(), tree)
+
+
+def bench_variant(setup, family, q, m, rounds, data, args) -> dict:
+    batch = N.batch_size(data.train.counts, rounds)
+    configs, table = table_of(setup, family, rounds)
+    aux = N.trial_aux(setup, data, family, rounds, batch, q)
+    seeds = jnp.asarray([setup.seed_base + r for r in range(setup.reps)])
+    per_call = setup.configs_per_batch or len(configs)
+    take = np.minimum(np.arange(per_call), len(configs) - 1)
+    part = {k: v[take] for k, v in table.items()}
+    program = N.grid_program(setup, family, m, rounds, batch, q)
+    t0 = time.perf_counter()
+    compiled = program.lower(part, seeds, data.train, aux).compile()
+    compile_s = time.perf_counter() - t0
+    calls = []
+    for _ in range(args.timed_batches):
+        t0 = time.perf_counter()
+        out = block(compiled(part, seeds, data.train, aux))
+        calls.append(time.perf_counter() - t0)
+    single = single_run_program(setup, family, m, rounds, batch, q)
+    hp0 = {k: v[0] for k, v in part.items()}
+    t0 = time.perf_counter()
+    single_c = single.lower(hp0, seeds[0], data.train, aux).compile()
+    single_compile_s = time.perf_counter() - t0
+    runs = []
+    for i in range(args.timed_runs):
+        hp = {k: v[i % per_call] for k, v in part.items()}
+        t0 = time.perf_counter()
+        p = block(single_c(hp, seeds[0], data.train, aux))
+        runs.append(time.perf_counter() - t0)
+        if i == 0:
+            diff = max(float(jnp.max(jnp.abs(a - b[0, 0]))) for a, b in
+                       zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(out[0])))
+    return {"family": family, "q": q, "rounds": rounds, "batch_size_K": batch, "configs": len(configs),
+            "configs_per_call": per_call, "reps": setup.reps, "compile_seconds": compile_s,
+            "seconds_per_call": float(np.median(calls)), "calls_timed": len(calls),
+            "single_compile_seconds": single_compile_s, "single_seconds_per_run": float(np.median(runs)),
+            "single_runs_timed": len(runs), "check_max_abs_param_diff": diff}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--timed-batches", type=int, default=2)
+    parser.add_argument("--timed-runs", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    root = Path(__file__).resolve().parent
+    out_path = Path(args.out) if args.out else (
+        root.parent / "runs" / "bench" / "lowy_nonconvex_grid.quick.json" if args.quick
+        else root / "results" / "lowy_nonconvex_grid.json")
+    load_start = os.getloadavg()[0]
+    if args.quick:
+        setup = dataclasses.replace(N.mnist_setup(True), reps=args.reps, trials=args.trials)
+    else:
+        setup = dataclasses.replace(N.mnist_setup(False), reps=args.reps, trials=args.trials)
+    t0 = time.perf_counter()
+    data = setup.trial_data(0)
+    data_s = time.perf_counter() - t0
+    print(f"load average {load_start:.2f}; data {data_s:.1f} s", flush=True)
+    rows = []
+    panels_per_r = {}
+    for m, r in setup.panels:
+        panels_per_r[r] = panels_per_r.get(r, 0) + 1
+    m_of = {r: next(m for m, rr in setup.panels if rr == r) for r in panels_per_r}
+    for r, count in panels_per_r.items():
+        for family, q in variants(setup, r):
+            row = bench_variant(setup, family, q, m_of[r], r, data, args)
+            calls = math.ceil(row["configs"] / row["configs_per_call"]) * setup.trials * count
+            runs = row["configs"] * setup.reps * setup.trials * count
+            # one compiled program per (family, R, q, M): a grid with 2 M values per R compiles twice
+            row.update(panels=count, runs=runs,
+                       jaxfl_seconds=row["compile_seconds"] * count + row["seconds_per_call"] * calls,
+                       loop_seconds=row["single_compile_seconds"] * count + row["single_seconds_per_run"] * runs)
+            row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
+            rows.append(row)
+            print(f"  R={r} {family}{'' if q is None else f' q={q}'}: {runs} runs; vmapped {row['seconds_per_call']:.2f} s"
+                  f"/call of {row['configs_per_call']}x{setup.reps} (compile {row['compile_seconds']:.1f} s) -> "
+                  f"{row['jaxfl_seconds']:.0f} s; one at a time {row['single_seconds_per_run']:.3f} s/run "
+                  f"(compile {row['single_compile_seconds']:.1f} s) -> {row['loop_seconds']:.0f} s; "
+                  f"ratio {row['ratio']:.2f}; check {row['check_max_abs_param_diff']:.1e}", flush=True)
+    jaxfl_s = sum(r["jaxfl_seconds"] for r in rows)
+    loop_s = sum(r["loop_seconds"] for r in rows)
+    load_end = os.getloadavg()[0]
+    record = {
+        "benchmark": "lowy_nonconvex_grid",
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
+                    "load_average_1min_start": load_start, "load_average_1min_end": load_end},
+        "ratio": loop_s / jaxfl_s,
+        "baseline": "the same jaxfl algorithms one run at a time (one jit-compiled run per (algorithm, R, q, M) with "
+                    "hyperparameters and seed as arguments, called once per run); ratio = extrapolated one-at-a-time "
+                    "seconds / extrapolated vmapped-program seconds, compilation included on both sides",
+        "quick": bool(args.quick),
+        "jaxfl_seconds_extrapolated": jaxfl_s,
+        "baseline_seconds_extrapolated": loop_s,
+        "baseline_hours_extrapolated": loop_s / 3600,
+        "data_preparation_seconds": data_s,
+        "grid": {"trials": setup.trials, "reps": setup.reps, "panels": [list(p) for p in setup.panels],
+                 "epsilons": list(setup.epsilons), "clips": list(setup.clips),
+                 "phase_lengths": {str(r): list(q) for r, q in setup.phase_lengths},
+                 "runs": sum(r["runs"] for r in rows), "configs_per_batch": setup.configs_per_batch,
+                 "form": "QUICK (tiny settings)" if args.quick else "full (the paper's MNIST grid, §6.1)"},
+        "rows": rows,
+        "notes": [
+            f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end (2 shared cores; "
+            "other processes' load slows both sides; a ratio taken under load is indicative only)",
+            "both sides extrapolated from timed samples: a run's cost depends on (algorithm, R, q) only",
+            "check_max_abs_param_diff: the single-run program vs the vmapped program, same config and seed",
+        ],
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"whole grid ({record['grid']['runs']} runs): vmapped {jaxfl_s / 3600:.2f} h, one at a time "
+          f"{loop_s / 3600:.2f} h, ratio {record['ratio']:.2f}x -> {out_path}")
+
+
+if __name__ == "__main__":
+    main()
