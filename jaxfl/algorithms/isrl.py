@@ -37,8 +37,7 @@ from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, ServerState
 from jaxfl.accounting.shuffle_model import PvecDpEvent, ShuffledGaussianDpEvent
-from jaxfl.engine import sharding
-from jaxfl.engine.rounds import make_round, weighted_sum
+from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle
 from jaxfl.privacy.clipping import per_example_grads
@@ -676,11 +675,6 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size
 
     unravel = None
 
-    def int_sum(messages, weights, round_key):
-        del round_key
-        messages, weights = sharding.replicate((messages, weights))
-        return jnp.sum(jnp.where(weights[:, None] > 0, messages, 0), axis=0, dtype=jnp.int32)
-
     def events_for(counts):
         dim = _dimension()
         return [PvecDpEvent(*params, num_users=k, dim=dim) for n in counts if n > 0]
@@ -699,7 +693,7 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size
         return dimension["d"]
 
     alg = _acsa(schedule=schedule, batch_size=k, mu=mu, regularization=regularization, sampling="one_pass",
-                silos_per_round=silos_per_round, projection=projection, message_fn=message, aggregator=int_sum,
+                silos_per_round=silos_per_round, projection=projection, message_fn=message, aggregator=participant_count_sum,
                 decode=lambda total, ctx: decode(total, ctx),
                 privacy=one_pass_privacy(k, events_for, central_for),
                 name=name or "sdp_accelerated_mbsgd", noise_multiplier=0.0)

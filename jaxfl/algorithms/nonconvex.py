@@ -50,10 +50,10 @@ from jaxfl.accounting.shuffle_model import PvecDpEvent
 from jaxfl.algorithms import prox as prox_lib
 from jaxfl.algorithms.common import check_private_args, is_concrete_zero as is_zero, safe_mean
 from jaxfl.algorithms.isrl import one_pass_batch, one_pass_privacy
-from jaxfl.engine import local, sharding
+from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
-from jaxfl.engine.rounds import make_round, weighted_sum
+from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle
 from jaxfl.privacy.clipping import clip_by_global_norm, clipped_grad_sum, per_example_grads
@@ -142,13 +142,6 @@ def _pvec(loss_fn, clip_norm, fresh_params: shuffle.ShuffleParams, diff_params: 
         ones = shuffle.randomize(key, vectors, batch.weights, bound, params, clip=True)
         return ones, jnp.sum(batch.weights > 0).astype(jnp.int32)
 
-    def int_sum(messages, weights, round_key):
-        del round_key
-        messages, weights = sharding.replicate((messages, weights))
-        return jax.tree_util.tree_map(
-            lambda m: jnp.sum(jnp.where(weights.reshape((-1,) + (1,) * (m.ndim - 1)) > 0, m, 0), axis=0,
-                              dtype=jnp.int32), messages)
-
     def decoder(params):
         def decode(total, ctx, bound=clip_norm):
             ones, users = total
@@ -163,7 +156,7 @@ def _pvec(loss_fn, clip_norm, fresh_params: shuffle.ShuffleParams, diff_params: 
         fresh=lambda params, batch, key: report(key, flat_grads(params, batch), batch, clip_norm, fresh_params),
         difference=lambda params, reference, batch, key, bound: report(
             key, flat_grads(params, batch) - flat_grads(reference, batch), batch, bound, diff_params),
-        aggregator=int_sum, decode_fresh=decoder(fresh_params), decode_difference=decoder(diff_params), init=init)
+        aggregator=participant_count_sum, decode_fresh=decoder(fresh_params), decode_difference=decoder(diff_params), init=init)
 
 
 # ------------------------------------------------------------------------------------------------

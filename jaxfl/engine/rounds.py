@@ -37,6 +37,16 @@ def weighted_sum(messages, weights, round_key):
     return jax.tree_util.tree_map(lambda m: jnp.tensordot(weights.astype(m.dtype), m, axes=1), messages)
 
 
+def participant_count_sum(messages, weights, round_key):
+    """``sum_i message_i`` over participants (``weights_i > 0``) in int32, for integer messages such as
+    the shuffle model's counts of one-bits, which are added, not weighted."""
+    del round_key
+    messages, weights = sharding.replicate((messages, weights))
+    return jax.tree_util.tree_map(
+        lambda m: jnp.sum(jnp.where(weights.reshape((-1,) + (1,) * (m.ndim - 1)) > 0, m, 0), axis=0,
+                          dtype=jnp.int32), messages)
+
+
 def _fit_silo_axis(values, num_silos: int):
     values = jnp.asarray(values)
     if values.ndim == 0 or values.shape[0] > num_silos:
