@@ -56,3 +56,10 @@ def test_nonconvex_doc_example_is_within_the_papers_epsilon(capsys):
     exec(compile(_python_blocks("docs/nonconvex.md")[0], "docs/nonconvex.md", "exec"), namespace)
     assert namespace["result"].epsilon <= namespace["eps_replace_one"] <= 2.0
     assert namespace["result"].rounds == 20
+
+
+def test_dprec_doc_example_spends_its_calibrated_epsilon(capsys):
+    exec(compile(_python_blocks("docs/dprec.md")[0], "docs/dprec.md", "exec"), {})
+    out = capsys.readouterr().out
+    spent = float(re.search(r"epsilon spent = ([0-9.]+)", out).group(1))
+    assert 3.9 < spent <= 4.0

@@ -3,7 +3,7 @@ the papers' closed forms. Plain Python, consulted between compiled rounds, never
 
 Units throughout: epsilon in nats, delta a probability, noise multiplier = noise std / L2 sensitivity.
 """
-from jaxfl.accounting import closed_forms, lowy_convex, lowy_nonconvex, shuffle_model
+from jaxfl.accounting import closed_forms, dprec, lowy_convex, lowy_nonconvex, shuffle_model
 from jaxfl.accounting.accountants import (ACCOUNTANTS, DEFAULT_RDP_ORDERS, Accountant, DpEvent,
                                           NeighboringRelation, PldAccountant, RdpAccountant,
                                           UnsupportedEventError, available_accountants, gaussian_event,
@@ -16,6 +16,9 @@ from jaxfl.accounting.closed_forms import (advanced_composition, advanced_compos
                                            amplify_without_replacement, analytic_gaussian_epsilon,
                                            analytic_gaussian_sigma, gaussian_sigma,
                                            gaussian_sigma_bun_steinke, parallel_composition)
+from jaxfl.accounting.dprec import (DprecAccountant, DprecDpEvent, calibrate_clip_multiplier, default_delta,
+                                    dpfedavg_epsilon, dprec_delta_overhead, dprec_epsilon, dprec_local_epsilon,
+                                    dprec_round_event)
 from jaxfl.accounting.ledger import CentralLedger, RoundCycleDpEvent, SiloLedger
 
 __all__ = [
@@ -24,8 +27,10 @@ __all__ = [
     "rdp_to_delta", "rdp_to_epsilon", "register_accountant",
     "calibrate", "epsilon_for", "noise_multiplier_for",
     "add_account_parser", "run_account",
-    "closed_forms", "lowy_convex", "lowy_nonconvex", "shuffle_model", "advanced_composition", "advanced_composition_per_step", "amplify_poisson",
+    "closed_forms", "dprec", "lowy_convex", "lowy_nonconvex", "shuffle_model", "advanced_composition", "advanced_composition_per_step", "amplify_poisson",
     "amplify_with_replacement_ullman", "amplify_without_replacement", "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma", "gaussian_sigma", "gaussian_sigma_bun_steinke", "parallel_composition",
     "CentralLedger", "RoundCycleDpEvent", "SiloLedger",
+    "DprecAccountant", "DprecDpEvent", "calibrate_clip_multiplier", "default_delta", "dpfedavg_epsilon",
+    "dprec_delta_overhead", "dprec_epsilon", "dprec_local_epsilon", "dprec_round_event",
 ]

@@ -24,19 +24,24 @@ from jaxfl.privacy.clipping import clip_update
 from jaxfl.privacy.noise import add_gaussian_noise
 
 
-def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int, client_rate,
+def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int | None = None, client_rate,
               clip_norm, noise_multiplier, server_opt: optax.GradientTransformation | None = None,
-              batch_size: int | None = None, name: str = "dp_fedavg") -> FederatedAlgorithm:
+              batch_size: int | None = None, local_epochs: int | None = None, clients_per_pass: int | None = None,
+              name: str = "dp_fedavg") -> FederatedAlgorithm:
     """Builds DP-FedAvg.
 
     Args:
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
       client_opt: the clients' optimizer for ``local_steps`` steps on minibatches of
-        ``batch_size`` (with replacement; ``None``: full local batch).
+        ``batch_size`` (with replacement; ``None``: full local batch), or, with ``local_epochs`` instead of
+        ``local_steps``, for that many passes over the client's records in minibatches of ``batch_size``
+        (:func:`jaxfl.engine.local.local_epochs`, as DP-REC's clients train).
       client_rate: ``q``, the Poisson probability that a client takes part in a round.
       clip_norm: ``C``, the L2 bound on each client's model delta.
       noise_multiplier: ``z``; noise std on the sum of clipped deltas is ``z C``.
       server_opt: applied to the noisy mean delta (default ``optax.sgd(1.0)``).
+      clients_per_pass: run only the sampled clients, this many at a time (see
+        :func:`jaxfl.engine.rounds.make_round`); ``None`` runs every client and weights non-participants 0.
 
     Privacy (user level: add/remove one client, central): per round
     ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
@@ -46,6 +51,10 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         raise ValueError(f"client_rate must be in (0, 1], got {client_rate}")
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
         raise ValueError("dp_fedavg needs a finite clip_norm")
+    if (local_steps is None) == (local_epochs is None):
+        raise ValueError(f"give local_steps or local_epochs, not both or neither (got {local_steps}, {local_epochs})")
+    if local_epochs is not None and batch_size is None:
+        raise ValueError("local_epochs needs a batch_size")
     sampler = local.make_sampler(batch_size)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
 
@@ -54,7 +63,12 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
             return local.noisy_gradient(loss_fn, p, x, y, count, silo_key, step, sampler=sampler,
                                         clip_norm=math.inf, noise_multiplier=0.0)
 
-        final, _ = local.local_steps(params, num_steps=int(local_steps), client_opt=client_opt, gradient_fn=gradient)
+        if local_epochs is not None:
+            final, _ = local.local_epochs(loss_fn, params, x, y, count, silo_key, client_opt=client_opt,
+                                          batch_size=batch_size, epochs=local_epochs)
+        else:
+            final, _ = local.local_steps(params, num_steps=int(local_steps), client_opt=client_opt,
+                                         gradient_fn=gradient)
         delta = jax.tree_util.tree_map(lambda a, b: a - b, params, final)
         clipped, norm = clip_update(delta, clip_norm)
         return clipped, {"delta_norm": norm, "clipped_fraction": (norm > clip_norm).astype(jnp.float32)}
@@ -74,5 +88,5 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         return RoundPrivacy(events=(event,), level="client")
 
     return FederatedAlgorithm(init=init_server(server_opt),
-                              round=make_round(client, server, poisson(client_rate)),
+                              round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass),
                               privacy=privacy, name=name)

@@ -310,3 +310,53 @@ def local_steps(params, *, num_steps: int, client_opt: optax.GradientTransformat
         parts.append(infos)
     infos = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *parts)
     return carry[0], jax.tree_util.tree_map(jnp.mean, infos)
+
+
+def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.GradientTransformation,
+                 batch_size: int, epochs: int = 1):
+    """Non-private local training: ``epochs`` passes over the silo's ``count`` records in a fresh random
+    order per epoch, in minibatches of ``batch_size`` (the last one of a pass may be smaller), one
+    ``client_opt`` step on the minibatch's mean loss each (fedjax-style masking: a silo with fewer records
+    than the largest one idles through the extra steps, keeping params and optimizer state).
+
+    Args:
+      loss_fn: per-example loss ``(params, x, y) -> scalar``.
+      x, y: the silo's padded records ``[max_records, ...]``; count: its number of real records.
+      silo_key: the silo's key; epoch ``e``'s order comes from ``step_key(silo_key, e, MINIBATCH)``.
+    Returns:
+      ``(params, mean training loss over the steps taken)``.
+    """
+    batch_size, epochs = int(batch_size), int(epochs)
+    if batch_size < 1 or epochs < 1:
+        raise ValueError(f"batch_size and epochs must be >= 1, got {batch_size} and {epochs}")
+    max_records = x.shape[0]
+    per_epoch = -(-max_records // batch_size)
+    real = jnp.arange(max_records) < count
+
+    def order(epoch):
+        u = jax.random.uniform(keys_lib.step_key(silo_key, epoch, keys_lib.Purpose.MINIBATCH), (max_records,))
+        return jnp.argsort(jnp.where(real, u, 2.0))  # a uniform permutation of the real records, padding last
+
+    orders = jax.vmap(order)(jnp.arange(epochs))
+    padded = jnp.pad(orders, ((0, 0), (0, per_epoch * batch_size - max_records)))
+
+    def batch_loss(p, idx, mask):
+        losses = jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x[idx], y[idx])
+        return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+    def body(carry, step):
+        p, opt_state = carry
+        epoch, i = step // per_epoch, step % per_epoch
+        positions = i * batch_size + jnp.arange(batch_size)
+        idx = jax.lax.dynamic_slice(padded[epoch], (i * batch_size,), (batch_size,))
+        mask = (positions < count).astype(jnp.float32)
+        loss, g = jax.value_and_grad(batch_loss)(p, idx, mask)
+        updates, new_opt = client_opt.update(g, opt_state, p)
+        active = i * batch_size < count
+        keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
+        return (keep(optax.apply_updates(p, updates), p), keep(new_opt, opt_state)), (loss * active, active)
+
+    (final, _), (losses, active) = jax.lax.scan(body, (params, client_opt.init(params)),
+                                                jnp.arange(epochs * per_epoch))
+    return final, jnp.sum(losses) / jnp.maximum(jnp.sum(active), 1)
+

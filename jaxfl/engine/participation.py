@@ -67,3 +67,22 @@ def resolve(participation, num_silos_hint=None) -> Participation:
     if callable(participation):
         return participation
     raise ValueError(f"participation must be None, an int or a callable, got {participation!r}")
+
+
+def with_replacement(slots: int):
+    """``(round_key, counts) -> int32[slots]``: silo ids drawn uniformly **with replacement** among the
+    silos with records (DP-REC's client sampling; a silo may fill several slots). The draw is the
+    server's, from ``derive(round, SERVER, 0, PARTICIPATION)``; use with
+    :func:`jaxfl.engine.rounds.make_slot_round`."""
+    b = int(slots)
+    if b < 1:
+        raise ValueError(f"slots must be >= 1, got {slots}")
+
+    def draw(round_key, counts):
+        key = keys_lib.derive_from_round(round_key, silo=keys_lib.SERVER, step=0,
+                                         purpose=keys_lib.Purpose.PARTICIPATION)
+        real = (counts > 0).astype(jnp.float32)
+        return jax.random.choice(key, counts.shape[0], (b,), replace=True, p=real / jnp.sum(real)).astype(jnp.int32)
+
+    draw.slots = b
+    return draw

@@ -58,7 +58,8 @@ def _fit_silo_axis(values, num_silos: int):
 def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Participation, *,
                broadcast: Callable[[Any], Any] = lambda state: state.params,
                aggregator: Aggregator = weighted_sum, per_silo: Any = None,
-               participation_key: Callable[[Any, jax.Array], jax.Array] | None = None):
+               participation_key: Callable[[Any, jax.Array], jax.Array] | None = None,
+               clients_per_pass: int | None = None):
     """Builds ``round(state, data, round_key) -> (state, info)``.
 
     The round draws participation weights ``w: [num_silos]``, runs ``client_fn`` on every silo under
@@ -71,13 +72,28 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
     ``num_silos -> pytree`` (e.g. ``jnp.arange`` for silo indices); silo ``i``'s slice is passed to
     ``client_fn`` as a sixth argument. Padding silos appended to the data (count 0, e.g. by
     sharding) reuse the last entry; they never take part.
+
+    ``participation_key(state, round_key) -> key`` (optional) picks the key the participation is drawn
+    with, e.g. a key stored in the state so that one sample of silos serves several rounds (FedProx-SVRG's
+    epochs); silo keys still come from ``round_key``.
+
+    ``clients_per_pass`` (optional; needs the default ``weighted_sum`` aggregator and no ``per_silo``):
+    instead of running ``client_fn`` on every silo, the participants are gathered and processed
+    ``clients_per_pass`` at a time in a ``while`` loop, so a round costs about as many client runs as there
+    are participants (Poisson sampling of few clients out of many). Same keys, same result up to the
+    order of floating-point summation.
     """
+    if clients_per_pass is not None and (aggregator is not weighted_sum or per_silo is not None):
+        raise ValueError("clients_per_pass needs the weighted_sum aggregator and no per_silo values")
 
     def round_fn(state, data: FederatedData, round_key):
-        weights = participation(round_key, data.counts)
+        drawn_with = round_key if participation_key is None else participation_key(state, round_key)
+        weights = participation(drawn_with, data.counts)
         silo_ids = jnp.arange(data.num_silos)
         silo_keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, silo_ids)
         sent = broadcast(state)
+        if clients_per_pass is not None:
+            return _passes(client_fn, server_fn, state, sent, data, round_key, weights, int(clients_per_pass))
         if per_silo is None:
             messages, client_info = jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0))(
                 sent, data.x, data.y, data.counts, silo_keys)
@@ -86,15 +102,88 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
             values = jax.tree_util.tree_map(lambda v: _fit_silo_axis(v, data.num_silos), values)
             messages, client_info = jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0, 0))(
                 sent, data.x, data.y, data.counts, silo_keys, values)
-        weights, client_info = sharding.replicate((weights, client_info))
-        total = jnp.sum(weights)
-        aggregate = aggregator(messages, weights, round_key)
-        state, info = server_fn(state, aggregate, RoundContext(total, round_key, data.counts))
-        inverse = 1.0 / jnp.maximum(total, 1.0)
-        info = dict(info)
-        for name, value in client_info.items():
-            info[name] = jnp.sum(weights * value) * inverse
-        info["participants"] = total
-        return state, info
+        return _finish(state, messages, client_info, weights, round_key, data.counts, aggregator, server_fn)
+
+    return round_fn
+
+
+def _passes(client_fn, server_fn, state, sent, data, round_key, weights, per_pass):
+    """The participants (``weights > 0``), ``per_pass`` at a time: ``sum_i w_i m_i`` and the client infos."""
+    order = jnp.argsort(jnp.where(weights > 0, 0, 1), stable=True)  # participants first, in silo order
+    order = jnp.concatenate([order, jnp.zeros(per_pass, order.dtype)])
+    num = jnp.sum(weights > 0)
+
+    def run(ids):
+        keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, ids)
+        take = lambda a: jnp.take(a, ids, axis=0)
+        return jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0))(sent, take(data.x), take(data.y), take(data.counts), keys)
+
+    shapes = jax.eval_shape(run, order[:per_pass])
+    zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape[1:], a.dtype), shapes)
+
+    def one_pass(i, carry):
+        ids = jax.lax.dynamic_slice(order, (i * per_pass,), (per_pass,))
+        w = jnp.take(weights, ids) * (i * per_pass + jnp.arange(per_pass) < num)
+        messages, info = run(ids)
+        add = lambda acc, m: acc + jnp.tensordot(w.astype(m.dtype), m, axes=1)
+        return jax.tree_util.tree_map(add, carry, (messages, info))
+
+    summed, info_sums = jax.lax.fori_loop(0, (num + per_pass - 1) // per_pass, one_pass, zeros)
+    total = jnp.sum(weights)
+    state, info = server_fn(state, summed, RoundContext(total, round_key, data.counts))
+    info = dict(info)
+    inverse = 1.0 / jnp.maximum(total, 1.0)
+    info.update({name: value * inverse for name, value in info_sums.items()})
+    info["participants"] = total
+    return state, info
+
+
+def _finish(state, messages, client_info, weights, round_key, counts, aggregator, server_fn):
+    """Aggregation, server update and the round's info, shared by both round builders."""
+    weights, client_info = sharding.replicate((weights, client_info))
+    total = jnp.sum(weights)
+    aggregate = aggregator(messages, weights, round_key)
+    state, info = server_fn(state, aggregate, RoundContext(total, round_key, counts))
+    inverse = 1.0 / jnp.maximum(total, 1.0)
+    info = dict(info)
+    for name, value in client_info.items():
+        info[name] = jnp.sum(weights * value) * inverse
+    info["participants"] = total
+    return state, info
+
+
+def occurrences(silos: jnp.ndarray) -> jnp.ndarray:
+    """``int32[B]``: how many earlier slots drew the same silo (0 for a silo's first slot)."""
+    b = silos.shape[0]
+    earlier = jnp.arange(b)[None, :] < jnp.arange(b)[:, None]
+    return jnp.sum(earlier & (silos[None, :] == silos[:, None]), axis=1).astype(jnp.int32)
+
+
+def slot_key(round_key, silo, occurrence) -> jax.Array:
+    """Key of a silo's ``occurrence``-th slot in a round: ``fold_in(silo_key(round, silo), occurrence)``."""
+    return jax.random.fold_in(keys_lib.silo_key(round_key, silo), occurrence)
+
+
+def make_slot_round(client_fn: ClientFn, server_fn: ServerFn, slots, *,
+                    broadcast: Callable[[Any], Any] = lambda state: state.params,
+                    aggregator: Aggregator = weighted_sum):
+    """Builds ``round(state, data, round_key) -> (state, info)`` for sampling **with replacement**.
+
+    ``slots(round_key, counts) -> int32[B]`` draws the silo of each of ``B`` slots (e.g.
+    :func:`jaxfl.engine.participation.with_replacement`). Only the drawn silos' records are gathered and
+    ``client_fn`` runs under ``vmap`` over the ``B`` slots (not over all silos, so ``B << N`` costs ``B``
+    clients); a silo drawn twice runs twice, independently: slot keys are
+    :func:`slot_key` ``(round, silo, occurrence)``, a function of the silo id and of how many earlier slots
+    drew it, never of the slot's position alone. Every slot has weight 1; the rest is as in :func:`make_round`.
+    """
+
+    def round_fn(state, data: FederatedData, round_key):
+        silos = slots(round_key, data.counts)
+        keys = jax.vmap(slot_key, in_axes=(None, 0, 0))(round_key, silos, occurrences(silos))
+        take = lambda a: jnp.take(a, silos, axis=0)
+        messages, client_info = jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0))(
+            broadcast(state), take(data.x), take(data.y), take(data.counts), keys)
+        weights = jnp.ones(silos.shape, jnp.float32)
+        return _finish(state, messages, client_info, weights, round_key, data.counts, aggregator, server_fn)
 
     return round_fn

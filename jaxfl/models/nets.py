@@ -21,7 +21,7 @@ Initialisation: by default the layers use PyTorch's default initialisation (weig
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -183,3 +183,122 @@ wbcd_loss = per_example_loss(wbcd_mlp, binary_logistic_loss)
 mnist_error = binary_error(mnist_mlp)
 cifar_error = multiclass_error(cifar_cnn)
 wbcd_error = binary_error(wbcd_mlp)
+
+
+# ------------------------------------------------------------------------------------------------
+# Seed 004 (DP-REC): the MNIST and FEMNIST CNNs and the per-tensor block list
+#
+# DP-REC encodes one block per parameter tensor (7 bits each), and its privacy accounting uses
+# ``b_total = 7 * number of tensors``; :func:`param_blocks` lists the tensors in a fixed order.
+# The parameter counts are derived in the paper digest (§5.3) from the paper's communication numbers.
+
+IMAGE28_INPUT_SHAPE = (28, 28, 1)
+"""NHWC shape of one 28x28 grey image (MNIST, FEMNIST, Fashion-MNIST) without the batch axis."""
+LENET5_INPUT_SHAPE = FEMNIST_INPUT_SHAPE = IMAGE28_INPUT_SHAPE
+MNIST_CLASSES = 10
+FEMNIST_CLASSES = 62
+LENET5_PARAMS = 582_026
+FEMNIST_PAPER_PARAMS = 231_742
+FEMNIST_KAIROUZ_PARAMS = 1_018_174
+FEMNIST_VARIANTS = ("paper", "kairouz")
+
+
+class MnistLeNet5(nn.Module):
+    """DP-REC's MNIST "LeNet-5" (582,026 parameters, 8 tensors): ``x: [n, 28, 28, 1]`` -> ``[n, 10]``.
+
+    ``Conv(32, 5x5, VALID) -> ReLU -> MaxPool 2x2 -> Conv(64, 5x5, VALID) -> ReLU -> MaxPool 2x2 ->
+    flatten (4*4*64 = 1024) -> Dense 512 -> ReLU -> Dense 10``; per layer 832 + 51,264 + 524,800 +
+    5,130. The paper gives no parameter count; this network is the one its DP-FedAvg communication
+    (43 GB) implies (digest §5.3). A classic LeNet-5 (~44-62k parameters) would not fit it. The
+    flatten is in HWC order (PyTorch flattens CHW), which only permutes ``fc1``'s rows. A single
+    image ``[28, 28, 1]`` gives ``[10]``.
+    """
+
+    num_classes: int = MNIST_CLASSES
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        t = self.torch_init
+        x = nn.relu(_conv(32, (5, 5), 5 * 5 * x.shape[-1], t, "conv1")(x))
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = nn.relu(_conv(64, (5, 5), 5 * 5 * 32, t, "conv2")(x))
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = x.reshape(x.shape[:-3] + (-1,))
+        x = nn.relu(_dense(512, x.shape[-1], t, "fc1")(x))
+        return _dense(self.num_classes, 512, t, "fc2")(x)
+
+
+class FemnistCNN(nn.Module):
+    """DP-REC's FEMNIST CNN, the Kairouz et al. (2021) network without dropout: ``x: [n, 28, 28, 1]``
+    -> logits ``[n, num_classes]``. 8 tensors in both variants.
+
+    * ``variant="paper"`` (default): ``Conv(32, 3x3, VALID) -> ReLU -> MaxPool 2x2 -> Conv(64, 3x3,
+      VALID) -> ReLU -> MaxPool 2x2 -> flatten (5*5*64 = 1600) -> Dense 128 -> ReLU -> Dense 62``:
+      231,742 parameters (320 + 18,496 + 204,928 + 7,998), the count the paper's communication
+      numbers imply (digest §5.3).
+    * ``variant="kairouz"``: the same without the second MaxPool (flatten 11*11*64 = 7744), the
+      google-research ``create_1m_cnn_model`` the paper's text names: 1,018,174 parameters.
+
+    ``num_classes`` (default 62) changes only the last layer, e.g. 10 for the Fashion-MNIST stand-in.
+    Flatten in HWC order, as :class:`MnistLeNet5`.
+    """
+
+    variant: str = "paper"
+    num_classes: int = FEMNIST_CLASSES
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        if self.variant not in FEMNIST_VARIANTS:
+            raise ValueError(f"unknown FemnistCNN variant {self.variant!r} (use 'paper' or 'kairouz')")
+        t = self.torch_init
+        x = nn.relu(_conv(32, (3, 3), 3 * 3 * x.shape[-1], t, "conv1")(x))
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = nn.relu(_conv(64, (3, 3), 3 * 3 * 32, t, "conv2")(x))
+        if self.variant == "paper":
+            x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = x.reshape(x.shape[:-3] + (-1,))
+        x = nn.relu(_dense(128, x.shape[-1], t, "fc1")(x))
+        return _dense(self.num_classes, 128, t, "fc2")(x)
+
+
+class ParamBlock(NamedTuple):
+    """One parameter tensor: its ``/``-joined path in the pytree (``"params/conv1/kernel"``), its
+    shape and its number of scalars."""
+
+    path: str
+    shape: tuple[int, ...]
+    size: int
+
+
+def _key_name(k) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def param_blocks(params) -> list[ParamBlock]:
+    """The tensors of a parameter pytree in ``jax.tree_util`` flatten order (the order of
+    ``tree_leaves(params)``, so block ``m`` is leaf ``m``), with their paths, shapes and sizes.
+
+    For the flax models here: ``conv1/bias, conv1/kernel, conv2/bias, ..., fc2/kernel``.
+    ``len(param_blocks(params))`` is DP-REC's number of per-tensor blocks (8 for :class:`MnistLeNet5`
+    and :class:`FemnistCNN`), so ``b_total = 7 * len(...)``.
+    """
+    leaves, _ = jax.tree_util.tree_flatten_with_path(params)
+    return [ParamBlock("/".join(_key_name(k) for k in path), tuple(int(d) for d in leaf.shape),
+                       int(math.prod(leaf.shape))) for path, leaf in leaves]
+
+
+lenet5 = MnistLeNet5()
+femnist_cnn = FemnistCNN()
+
+lenet5_loss = per_example_loss(lenet5, softmax_cross_entropy)
+"""``(params, x: [28, 28, 1], y: int) -> scalar`` cross-entropy of :class:`MnistLeNet5`."""
+femnist_loss = per_example_loss(femnist_cnn, softmax_cross_entropy)
+"""``(params, x: [28, 28, 1], y: int) -> scalar`` cross-entropy of ``FemnistCNN("paper", 62)``; for
+another variant or class count use ``per_example_loss(FemnistCNN(...), softmax_cross_entropy)``."""
+lenet5_error = multiclass_error(lenet5)
+femnist_error = multiclass_error(femnist_cnn)

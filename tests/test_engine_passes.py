@@ -1,0 +1,75 @@
+"""Engine options added for DP-REC: participants processed in passes, local epochs, stored participation keys."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from _helpers import make_silos
+
+from jaxfl.algorithms.dp_fedavg import dp_fedavg
+from jaxfl.data.federated import from_silos
+from jaxfl.engine import local, participation, run_rounds
+from jaxfl.engine.rounds import make_round
+from jaxfl.models.linear import init_linear, logistic_loss
+
+
+@pytest.mark.parametrize("per_pass", [1, 3, 16])
+def test_processing_participants_in_passes_equals_running_every_silo(per_pass):
+    data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28, 9], seed=4))
+    kwargs = dict(client_opt=optax.sgd(0.2), batch_size=5, local_epochs=1, client_rate=0.4, clip_norm=0.3,
+                  noise_multiplier=1.0)
+    full = dp_fedavg(logistic_loss, **kwargs)
+    passes = dp_fedavg(logistic_loss, clients_per_pass=per_pass, **kwargs)
+    params = init_linear(5)
+    outs = []
+    for alg in (full, passes):
+        state, infos = jax.jit(lambda s, alg=alg: run_rounds(alg, s, data, jax.random.PRNGKey(3), 0, 4))(alg.init(params))
+        outs.append((state.params, infos))
+    for a, b in zip(jax.tree_util.tree_leaves(outs[0][0]), jax.tree_util.tree_leaves(outs[1][0])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for name in ("participants", "delta_norm", "clipped_fraction"):
+        np.testing.assert_allclose(outs[0][1][name], outs[1][1][name], rtol=1e-5, atol=1e-6)
+    assert np.any(np.asarray(outs[0][1]["participants"]) > 0)
+
+
+def test_local_epochs_visit_every_record_once_per_epoch():
+    """With a loss whose gradient marks the record, one epoch's summed steps touch each real record once."""
+    x = jnp.arange(12, dtype=jnp.float32).reshape(12, 1)
+    y = jnp.zeros(12, jnp.int32)
+    count = jnp.asarray(7)
+    loss = lambda p, xi, yi: p["w"][xi[0].astype(jnp.int32)]  # d loss / d w = one-hot of the record id
+    final, _ = local.local_epochs(loss, {"w": jnp.zeros(12)}, x, y, count, jax.random.PRNGKey(0),
+                                  client_opt=optax.sgd(1.0), batch_size=3, epochs=2)
+    # each step subtracts one over the batch's real size; 7 records in batches 3, 3, 1 per epoch
+    visits = -np.asarray(final["w"])
+    assert np.all(visits[7:] == 0)
+    assert np.isclose(visits[:7].sum(), 2 * 3)  # 3 steps per epoch, each step's weights sum to 1
+    assert np.all(visits[:7] > 0)
+
+
+def test_local_epochs_reject_bad_sizes():
+    with pytest.raises(ValueError, match="batch_size and epochs"):
+        local.local_epochs(logistic_loss, init_linear(2), jnp.zeros((3, 2)), jnp.zeros(3, jnp.int32), 3,
+                           jax.random.PRNGKey(0), client_opt=optax.sgd(1.0), batch_size=0)
+
+
+def test_participation_key_chooses_the_key_participation_is_drawn_with():
+    """FedProx-SVRG keeps one silo sample per epoch through make_round(participation_key=...)."""
+    data = from_silos(make_silos([30, 25, 40, 35, 28, 33], seed=1))
+
+    def client(params, x, y, count, key, silo):
+        return jax.nn.one_hot(silo, 6), {}
+
+    def server(state, summed, ctx):
+        return summed, {}
+
+    fixed = jax.random.PRNGKey(42)
+    pinned = make_round(client, server, participation.uniform(2), per_silo=jnp.arange,
+                        participation_key=lambda state, round_key: fixed, broadcast=lambda state: state)
+    free = make_round(client, server, participation.uniform(2), per_silo=jnp.arange, broadcast=lambda state: state)
+    keys = [jax.random.PRNGKey(r) for r in range(6)]
+    pinned_sets = [np.asarray(pinned(jnp.zeros(6), data, k)[0]) for k in keys]
+    free_sets = [np.asarray(free(jnp.zeros(6), data, k)[0]) for k in keys]
+    assert all(s.sum() == 2 for s in pinned_sets + free_sets)
+    assert all(np.array_equal(pinned_sets[0], s) for s in pinned_sets)
+    assert not all(np.array_equal(free_sets[0], s) for s in free_sets)
