@@ -6,9 +6,8 @@ accelerated AC-SA one-pass / ERM / multi-stage, ISRL-DP Local SGD, shuffle-model
 their shuffle-model versions); ``prox`` the proximal operators they step with (composable with optax);
 ``dp_rec`` seed 004's DP-REC (relative-entropy-coded updates as the privacy mechanism).
 """
-from jaxfl.algorithms import isrl, nonconvex, prox
+from jaxfl.algorithms import dp_rec, isrl, nonconvex, prox
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
-from jaxfl.algorithms.dp_rec import dp_rec
 from jaxfl.algorithms.sgd import local_sgd, minibatch_sgd
 
 __all__ = ["dp_fedavg", "dp_rec", "isrl", "local_sgd", "minibatch_sgd", "nonconvex", "prox"]
