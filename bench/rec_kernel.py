@@ -12,7 +12,8 @@ this process, each jitted and timed after a warm-up (best of ``--repeats``):
 throughput relative to generating the samples alone (target >= 0.7; above 1 the encoder is faster than
 ``jax.random.normal`` itself). Memory per program: XLA's compiled allocation (arguments + outputs +
 temporaries) and, in a fresh subprocess, the measured rise of the process's peak resident set while the
-program runs (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``). A batched row encodes ``B``
+program runs (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``; it under-reports buffers the
+allocator kept from the warm-up call, so the XLA figure is the one of record). A batched row encodes ``B``
 clients of one MNIST LeNet-5 update (582,026 parameters, 8 tensors, 7 bits each) under ``vmap``.
 
 Usage: python bench/rec_kernel.py [--sizes 10000 100000 1000000] [--bits 7] [--repeats 5]
@@ -163,7 +164,9 @@ def main(argv=None) -> int:
         "rows": rows, "batched": lenet_row,
         "notes": "ratio = bare normal seconds / fused encode seconds (>= 0.7 is the target; > 1: faster than "
                  "jax.random.normal). xla_bytes = compiled arguments + outputs + temporaries; "
-                 "peak_rss_rise_bytes = measured rise of peak RSS during one call in a fresh process.",
+                 "peak_rss_rise_bytes = measured rise of peak RSS during one call in a fresh process, after a warm-up "
+                 "call; it under-reports when the allocator reuses pages kept from the warm-up (the naive "
+                 "encoder's large buffers), so xla_bytes is the figure of record.",
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
