@@ -36,6 +36,8 @@ import jax.numpy as jnp
 from jaxfl.compression import rec
 
 SIGMA = 0.005
+#: Linux's per-process interface (kernel, not a machine-specific path): VmRSS/VmHWM and the peak reset.
+PROC_SELF = Path("/proc/self")
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters
 
 
@@ -78,7 +80,7 @@ def compiled_bytes(fn, args) -> int:
 
 
 def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in (PROC_SELF / "status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"{field} not in /proc/self/status")
@@ -90,14 +92,14 @@ def measure_peak_rss(program: str, size: int, bits: int) -> int:
     fn = jax.jit(programs(layout)[program])
     args = inputs(size)
     jax.block_until_ready(fn(*args))
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    (PROC_SELF / "clear_refs").write_text("5")  # resets VmHWM to the current RSS
     before = _status_kib("VmRSS")
     jax.block_until_ready(fn(*args))
     return (_status_kib("VmHWM") - before) * 1024
 
 
 def peak_rss_in_subprocess(program: str, size: int, bits: int) -> int | None:
-    if not Path("/proc/self/clear_refs").exists():
+    if not (PROC_SELF / "clear_refs").exists():
         return None
     out = subprocess.run([sys.executable, __file__, "--child", program, str(size), str(bits)], check=True,
                          capture_output=True, text=True).stdout

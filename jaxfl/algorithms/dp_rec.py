@@ -25,6 +25,7 @@ from typing import Callable, NamedTuple
 import dp_accounting
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
@@ -148,7 +149,7 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
     def privacy(counts):
         if "layout" not in found:
             raise ValueError("DP-REC's privacy depends on the block layout: call algorithm.init(params) first")
-        clients = int(jnp.sum(jnp.asarray(counts) > 0))
+        clients = int(np.sum(np.asarray(counts) > 0))
         step = DprecDpEvent(c, found["layout"].total_bits)
         return RoundPrivacy(events=(dp_accounting.SampledWithReplacementDpEvent(clients, b, step),),
                             level="client")

@@ -129,25 +129,24 @@ def _passes(client_fn, server_fn, state, sent, data, round_key, weights, per_pas
         return jax.tree_util.tree_map(add, carry, (messages, info))
 
     summed, info_sums = jax.lax.fori_loop(0, (num + per_pass - 1) // per_pass, one_pass, zeros)
-    total = jnp.sum(weights)
-    state, info = server_fn(state, summed, RoundContext(total, round_key, data.counts))
-    info = dict(info)
-    inverse = 1.0 / jnp.maximum(total, 1.0)
-    info.update({name: value * inverse for name, value in info_sums.items()})
-    info["participants"] = total
-    return state, info
+    return _server_step(state, summed, info_sums, jnp.sum(weights), round_key, data.counts, server_fn)
 
 
 def _finish(state, messages, client_info, weights, round_key, counts, aggregator, server_fn):
     """Aggregation, server update and the round's info, shared by both round builders."""
     weights, client_info = sharding.replicate((weights, client_info))
-    total = jnp.sum(weights)
     aggregate = aggregator(messages, weights, round_key)
+    info_sums = {name: jnp.sum(weights * value) for name, value in client_info.items()}
+    return _server_step(state, aggregate, info_sums, jnp.sum(weights), round_key, counts, server_fn)
+
+
+def _server_step(state, aggregate, info_sums, total, round_key, counts, server_fn):
+    """``server_fn`` on the aggregate; the round's info adds the participant-weighted mean of each client
+    info (``info_sums`` holds the weighted sums) and the number of ``participants``."""
     state, info = server_fn(state, aggregate, RoundContext(total, round_key, counts))
     inverse = 1.0 / jnp.maximum(total, 1.0)
     info = dict(info)
-    for name, value in client_info.items():
-        info[name] = jnp.sum(weights * value) * inverse
+    info.update({name: value * inverse for name, value in info_sums.items()})
     info["participants"] = total
     return state, info
 
