@@ -73,3 +73,34 @@ def test_participation_key_chooses_the_key_participation_is_drawn_with():
     assert all(s.sum() == 2 for s in pinned_sets + free_sets)
     assert all(np.array_equal(pinned_sets[0], s) for s in pinned_sets)
     assert not all(np.array_equal(free_sets[0], s) for s in free_sets)
+
+
+def test_local_epochs_under_vmap_equal_each_silo_alone():
+    """The loop stops at each silo's own step count; vmapped, finished silos keep their params."""
+    data = from_silos(make_silos([30, 7, 19, 1], seed=5))
+    keys = jax.random.split(jax.random.PRNGKey(2), 4)
+    train = lambda x, y, c, k: local.local_epochs(logistic_loss, init_linear(5), x, y, c, k,
+                                                  client_opt=optax.adam(0.1), batch_size=4, epochs=2)
+    batched = jax.jit(jax.vmap(train))(data.x, data.y, data.counts, keys)
+    for s in range(4):
+        alone = jax.jit(train)(data.x[s], data.y[s], data.counts[s], keys[s])
+        for a, b in zip(jax.tree_util.tree_leaves(alone), jax.tree_util.tree_leaves(batched)):
+            np.testing.assert_allclose(a, b[s], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("per_pass", [1, 3])
+def test_slot_rounds_in_passes_equal_one_vmap(per_pass):
+    from jaxfl.algorithms.dp_rec import dp_rec
+    from jaxfl.compression import rec
+
+    data = from_silos(make_silos([30, 12, 25, 40, 33], seed=6))
+    kwargs = dict(client_opt=optax.sgd(0.2), clients_per_round=4, batch_size=5, prior_std=0.05,
+                  clip_multiplier=1.0, layout=rec.BlockLayout((3, 3), (4, 4)))
+    outs = []
+    for alg in (dp_rec(logistic_loss, **kwargs), dp_rec(logistic_loss, clients_per_pass=per_pass, **kwargs)):
+        outs.append(jax.jit(lambda s, alg=alg: run_rounds(alg, s, data, jax.random.PRNGKey(1), 0, 3))(
+            alg.init(init_linear(5)))[0])
+    np.testing.assert_array_equal(outs[0].indices, outs[1].indices)
+    np.testing.assert_array_equal(outs[0].seeds, outs[1].seeds)
+    for a, b in zip(jax.tree_util.tree_leaves(outs[0].params), jax.tree_util.tree_leaves(outs[1].params)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

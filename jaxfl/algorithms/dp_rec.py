@@ -86,7 +86,8 @@ def server_step(server_opt: optax.GradientTransformation, unravel: Callable, sta
 def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_round: int, batch_size: int,
            prior_std: float, clip_multiplier: float, local_epochs: int = 1,
            layout: rec.BlockLayout | Callable[[object], rec.BlockLayout] | None = None,
-           server_opt: optax.GradientTransformation | None = None, name: str = "dp_rec") -> FederatedAlgorithm:
+           server_opt: optax.GradientTransformation | None = None, clients_per_pass: int | None = None,
+           name: str = "dp_rec") -> FederatedAlgorithm:
     """Builds DP-REC.
 
     Args:
@@ -99,6 +100,8 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
       layout: a :class:`~jaxfl.compression.rec.BlockLayout` or ``params -> layout``; default 7 bits per
         tensor (:func:`jaxfl.compression.rec.per_tensor`).
       server_opt: optax transformation applied to ``-mean decoded update`` (default ``optax.sgd(1.0)``).
+      clients_per_pass: run the ``B`` slots this many at a time instead of all under one ``vmap``
+        (:func:`jaxfl.engine.rounds.make_slot_round`; ``1`` is fastest on CPU for convolutional models).
     """
     b = int(clients_per_round)
     sigma, c = float(prior_std), float(clip_multiplier)
@@ -155,5 +158,6 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
                             level="client")
 
     return FederatedAlgorithm(init=init, round=make_slot_round(client, server, with_replacement(b),
-                                                               aggregator=keep_messages),
+                                                               aggregator=keep_messages,
+                                                               clients_per_pass=clients_per_pass),
                               privacy=privacy, name=name)

@@ -316,8 +316,12 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
                  batch_size: int, epochs: int = 1):
     """Non-private local training: ``epochs`` passes over the silo's ``count`` records in a fresh random
     order per epoch, in minibatches of ``batch_size`` (the last one of a pass may be smaller), one
-    ``client_opt`` step on the minibatch's mean loss each (fedjax-style masking: a silo with fewer records
-    than the largest one idles through the extra steps, keeping params and optimizer state).
+    ``client_opt`` step on the minibatch's mean loss each.
+
+    The loop runs ``epochs * ceil(count / batch_size)`` steps (a ``lax.while_loop`` with a data-dependent
+    trip count), so a silo with fewer records than the largest one costs only its own steps when silos run
+    one after another; under ``vmap`` the batched loop runs to the longest silo's count and keeps each
+    finished silo's params and optimizer state (fedjax-style masking).
 
     Args:
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
@@ -332,6 +336,7 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
     max_records = x.shape[0]
     per_epoch = -(-max_records // batch_size)
     real = jnp.arange(max_records) < count
+    steps_per_epoch = (count + batch_size - 1) // batch_size
 
     def order(epoch):
         u = jax.random.uniform(keys_lib.step_key(silo_key, epoch, keys_lib.Purpose.MINIBATCH), (max_records,))
@@ -344,19 +349,17 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
         losses = jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x[idx], y[idx])
         return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
-    def body(carry, step):
-        p, opt_state = carry
-        epoch, i = step // per_epoch, step % per_epoch
+    def body(step, carry):
+        p, opt_state, loss_sum = carry
+        epoch, i = jnp.divmod(step, jnp.maximum(steps_per_epoch, 1))
         positions = i * batch_size + jnp.arange(batch_size)
         idx = jax.lax.dynamic_slice(padded[epoch], (i * batch_size,), (batch_size,))
         mask = (positions < count).astype(jnp.float32)
         loss, g = jax.value_and_grad(batch_loss)(p, idx, mask)
-        updates, new_opt = client_opt.update(g, opt_state, p)
-        active = i * batch_size < count
-        keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, old)
-        return (keep(optax.apply_updates(p, updates), p), keep(new_opt, opt_state)), (loss * active, active)
+        updates, opt_state = client_opt.update(g, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, loss_sum + loss
 
-    (final, _), (losses, active) = jax.lax.scan(body, (params, client_opt.init(params)),
-                                                jnp.arange(epochs * per_epoch))
-    return final, jnp.sum(losses) / jnp.maximum(jnp.sum(active), 1)
+    steps = epochs * steps_per_epoch
+    final, _, loss_sum = jax.lax.fori_loop(0, steps, body, (params, client_opt.init(params), jnp.float32(0.0)))
+    return final, loss_sum / jnp.maximum(steps, 1)
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 import optax
 
-from jaxfl.models import per_example_loss
+from jaxfl.models import conv, per_example_loss
 
 MNIST_INPUT_SHAPE = (50,)
 CIFAR_INPUT_SHAPE = (32, 32, 3)
@@ -59,11 +59,14 @@ def _dense(features: int, fan_in: int, torch_init: bool, name: str | None = None
 
 
 def _conv(features: int, kernel: tuple[int, int], fan_in: int, torch_init: bool,
-          name: str | None = None) -> nn.Conv:
+          name: str | None = None, lax_conv: bool = False) -> nn.Conv:
+    # conv.conv_general_dilated: lax's values, a kernel gradient that stays fast inside lax.scan on CPU.
+    impl = None if lax_conv else conv.conv_general_dilated
     if not torch_init:
-        return nn.Conv(features, kernel, padding="VALID", name=name)
+        return nn.Conv(features, kernel, padding="VALID", name=name, conv_general_dilated=impl)
     init = _torch_uniform(fan_in)
-    return nn.Conv(features, kernel, padding="VALID", kernel_init=init, bias_init=init, name=name)
+    return nn.Conv(features, kernel, padding="VALID", kernel_init=init, bias_init=init, name=name,
+                   conv_general_dilated=impl)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,13 +109,14 @@ class CifarCNN(nn.Module):
 
     num_classes: int = CIFAR_CLASSES
     torch_init: bool = True
+    lax_conv: bool = False  # True: flax's default lax convolution (benchmarks, tests)
 
     @nn.compact
     def __call__(self, x):
         t = self.torch_init
-        x = nn.relu(_conv(6, (5, 5), 5 * 5 * x.shape[-1], t, "conv1")(x))
+        x = nn.relu(_conv(6, (5, 5), 5 * 5 * x.shape[-1], t, "conv1", self.lax_conv)(x))
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
-        x = nn.relu(_conv(16, (5, 5), 5 * 5 * 6, t, "conv2")(x))
+        x = nn.relu(_conv(16, (5, 5), 5 * 5 * 6, t, "conv2", self.lax_conv)(x))
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
         x = x.reshape(x.shape[:-3] + (-1,))
         x = nn.relu(_dense(120, x.shape[-1], t, "fc1")(x))
@@ -216,13 +220,14 @@ class MnistLeNet5(nn.Module):
 
     num_classes: int = MNIST_CLASSES
     torch_init: bool = True
+    lax_conv: bool = False  # True: flax's default lax convolution (benchmarks, tests)
 
     @nn.compact
     def __call__(self, x):
         t = self.torch_init
-        x = nn.relu(_conv(32, (5, 5), 5 * 5 * x.shape[-1], t, "conv1")(x))
+        x = nn.relu(_conv(32, (5, 5), 5 * 5 * x.shape[-1], t, "conv1", self.lax_conv)(x))
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
-        x = nn.relu(_conv(64, (5, 5), 5 * 5 * 32, t, "conv2")(x))
+        x = nn.relu(_conv(64, (5, 5), 5 * 5 * 32, t, "conv2", self.lax_conv)(x))
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
         x = x.reshape(x.shape[:-3] + (-1,))
         x = nn.relu(_dense(512, x.shape[-1], t, "fc1")(x))
@@ -247,15 +252,16 @@ class FemnistCNN(nn.Module):
     variant: str = "paper"
     num_classes: int = FEMNIST_CLASSES
     torch_init: bool = True
+    lax_conv: bool = False  # True: flax's default lax convolution (benchmarks, tests)
 
     @nn.compact
     def __call__(self, x):
         if self.variant not in FEMNIST_VARIANTS:
             raise ValueError(f"unknown FemnistCNN variant {self.variant!r} (use 'paper' or 'kairouz')")
         t = self.torch_init
-        x = nn.relu(_conv(32, (3, 3), 3 * 3 * x.shape[-1], t, "conv1")(x))
+        x = nn.relu(_conv(32, (3, 3), 3 * 3 * x.shape[-1], t, "conv1", self.lax_conv)(x))
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
-        x = nn.relu(_conv(64, (3, 3), 3 * 3 * 32, t, "conv2")(x))
+        x = nn.relu(_conv(64, (3, 3), 3 * 3 * 32, t, "conv2", self.lax_conv)(x))
         if self.variant == "paper":
             x = nn.max_pool(x, (2, 2), strides=(2, 2))
         x = x.reshape(x.shape[:-3] + (-1,))
