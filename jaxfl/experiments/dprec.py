@@ -9,9 +9,10 @@ paper's "GB"): DP-REC's exact bits up and down with history compression
 - ``dprec/mnist``: the paper's MNIST setting (App. C): 100 clients (Dirichlet(1) label split of the first
   50k training images), 10 per round, 1000 rounds, LeNet-5 (582,026 parameters, 8 tensors), local SGD
   lr 0.01, batch 20, one epoch, server Adam 2e-3; DP-REC sigma 0.005 with c = 0.545 / 0.87 (eps 3 / 6);
-  DP-FedAvg C = 0.01 with z = 3.8 / 2.15. The full form is for an accelerator (on a 2-core CPU a round takes
-  ~6 s for DP-FedAvg and ~10 s for DP-REC). :func:`run` takes ``rounds`` for reduced runs; with fewer rounds than the paper's, ``c``
-  and ``z`` are recalibrated so that both methods still spend exactly the target epsilon.
+  DP-FedAvg C = 0.01 with z = 3.8 / 2.15. The full form is for an accelerator (on a 2-core CPU a round
+  takes ~6 s for DP-FedAvg and ~10 s for DP-REC). :func:`run` takes ``rounds`` for reduced runs; with
+  fewer rounds than the paper's, ``c`` and ``z`` are recalibrated so that both methods still spend
+  exactly the target epsilon.
 - ``dprec/femnist-scale``: the paper's FEMNIST CNN (231,742-parameter variant, 10 outputs) and its
   hyperparameters (local SGD lr 0.05, batch 20, one epoch, server SGD 1.0, DP-REC sigma 0.03, DP-FedAvg
   C = 0.1) on the offline stand-in: Fashion-MNIST over 300 non-iid clients
