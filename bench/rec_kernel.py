@@ -11,9 +11,10 @@ this process, each jitted and timed after a warm-up (best of ``--repeats``):
 ``ratio`` (the headline) is ``bare_normal seconds / fused seconds`` at the largest ``d``: encoding
 throughput relative to generating the samples alone (target >= 0.7; above 1 the encoder is faster than
 ``jax.random.normal`` itself). Memory per program: XLA's compiled allocation (arguments + outputs +
-temporaries) and, in a fresh subprocess, the measured rise of the process's peak resident set while the
-program runs (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``; it under-reports buffers the
-allocator kept from the warm-up call, so the XLA figure is the one of record). A batched row encodes ``B``
+temporaries) and, in a fresh subprocess, the measured rise of the process's peak resident set
+(``resource.getrusage``'s ``ru_maxrss``) during the program's first run after compilation; the rise is
+only what the run adds above the peak compilation reached, so it is a lower bound and the XLA figure is
+the one of record. A batched row encodes ``B``
 clients of one MNIST LeNet-5 update (582,026 parameters, 8 tensors, 7 bits each) under ``vmap``.
 
 Usage: python bench/rec_kernel.py [--sizes 10000 100000 1000000] [--bits 7] [--repeats 5]
@@ -30,14 +31,17 @@ import sys
 import time
 from pathlib import Path
 
+try:
+    import resource  # POSIX only
+except ImportError:  # Windows: no peak-RSS figure
+    resource = None
+
 import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
 
 SIGMA = 0.005
-#: Linux's per-process interface (kernel, not a machine-specific path): VmRSS/VmHWM and the peak reset.
-PROC_SELF = Path("/proc/self")
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters
 
 
@@ -79,27 +83,23 @@ def compiled_bytes(fn, args) -> int:
                - stats.alias_size_in_bytes)
 
 
-def _status_kib(field: str) -> int:
-    for line in (PROC_SELF / "status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
+def _max_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
 
 
 def measure_peak_rss(program: str, size: int, bits: int) -> int:
-    """Child-process entry: bytes the peak RSS rises by while ``program`` runs once (after warm-up)."""
+    """Child-process entry: bytes the peak RSS rises by during ``program``'s first run after compiling."""
     layout = rec.whole(size, bits)
-    fn = jax.jit(programs(layout)[program])
-    args = inputs(size)
-    jax.block_until_ready(fn(*args))
-    (PROC_SELF / "clear_refs").write_text("5")  # resets VmHWM to the current RSS
-    before = _status_kib("VmRSS")
-    jax.block_until_ready(fn(*args))
-    return (_status_kib("VmHWM") - before) * 1024
+    args = jax.block_until_ready(inputs(size))
+    compiled = jax.jit(programs(layout)[program]).lower(*args).compile()
+    before = _max_rss_bytes()
+    jax.block_until_ready(compiled(*args))
+    return _max_rss_bytes() - before
 
 
 def peak_rss_in_subprocess(program: str, size: int, bits: int) -> int | None:
-    if not (PROC_SELF / "clear_refs").exists():
+    if resource is None:
         return None
     out = subprocess.run([sys.executable, __file__, "--child", program, str(size), str(bits)], check=True,
                          capture_output=True, text=True).stdout
@@ -119,6 +119,10 @@ def main(argv=None) -> int:
         print(measure_peak_rss(args.child[0], int(args.child[1]), int(args.child[2])))
         return 0
 
+    # Peak-RSS children first: on Linux a child's ru_maxrss starts at the RSS of the process that spawned
+    # it, so they must be spawned before this process runs the large programs.
+    rss_by_size = {size: {name: peak_rss_in_subprocess(name, size, args.bits) for name in ("fused", "naive")}
+                   for size in args.sizes}
     rows = []
     print(f"{'d':>9} {'K':>5} | {'fused s':>8} {'bare s':>8} {'naive s':>8} | {'bare/fused':>10} "
           f"{'naive/fused':>11} | {'fused MiB':>9} {'naive MiB':>9} {'block MiB':>9} | {'fused RSS':>9} {'naive RSS':>9}")
@@ -128,7 +132,7 @@ def main(argv=None) -> int:
         data = inputs(size)
         secs = {name: best_seconds(fn, data, args.repeats) for name, fn in fns.items()}
         xla = {name: compiled_bytes(fn, data) for name, fn in programs(layout).items()}
-        rss = {name: peak_rss_in_subprocess(name, size, args.bits) for name in ("fused", "naive")}
+        rss = rss_by_size[size]
         block = 4 * size
         row = {"d": size, "K": 2**args.bits, "seconds": secs,
                "ratio_bare_over_fused": secs["bare_normal"] / secs["fused"],
@@ -166,9 +170,9 @@ def main(argv=None) -> int:
         "rows": rows, "batched": lenet_row,
         "notes": "ratio = bare normal seconds / fused encode seconds (>= 0.7 is the target; > 1: faster than "
                  "jax.random.normal). xla_bytes = compiled arguments + outputs + temporaries; "
-                 "peak_rss_rise_bytes = measured rise of peak RSS during one call in a fresh process, after a warm-up "
-                 "call; it under-reports when the allocator reuses pages kept from the warm-up (the naive "
-                 "encoder's large buffers), so xla_bytes is the figure of record.",
+                 "peak_rss_rise_bytes = rise of the peak RSS (ru_maxrss) during the first run after compiling, in a fresh "
+                 "process; only what the run adds above the peak compilation reached, a lower bound, so "
+                 "xla_bytes is the figure of record.",
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
