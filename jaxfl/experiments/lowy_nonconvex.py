@@ -104,12 +104,17 @@ def _env_trials(default: int) -> int:
     return int(os.environ.get("JAXFL_TRIALS", default))
 
 
-def mnist_setup(quick: bool, reduced: bool = False) -> Setup:
+MNIST_FIGURES = {(25, 25): 4, (12, 50): 5, (12, 25): 9, (25, 50): 10}     # (M, R) -> the paper's figure
+
+
+def mnist_setup(quick: bool, reduced: bool = False, *, panel: tuple = (25, 25), trials: int = 1, reps: int = 1
+                ) -> Setup:
     """Figs. 4, 5, 9, 10: N = 25 digit-pair silos (n = 1238), (M, R) in {12, 25} x {25, 50}.
 
-    ``reduced=True``: the paper's data, model, epsilons, K and Fig. 4's panel (M = R = 25), but 1 trial,
-    1 repetition and a pruned grid (step sizes the 3 largest of the paper's 5, clips {1, 10}) -- the form
-    that fits in ~20 minutes on 2 CPU cores (the paper's grid is ~45 minutes per panel and trial there).
+    ``reduced=True``: the paper's data, model, epsilons, K and q grid on one ``panel`` (M, R) (default
+    Fig. 4's, M = R = 25), but ``trials`` trials, ``reps`` repetitions and a pruned grid (step sizes the 3
+    largest of the paper's 5, clips {1, 10}) -- about 8 minutes per trial and repetition of an R = 25 panel
+    on 2 CPU cores, against ~34 minutes for the paper's grid of that panel.
     """
     eps = (0.75, 12.0) if quick else (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0)   # quick n = 64: eps <= 16.6
     per_label, pca_fit = (40, 3000) if quick else (D.MNIST_PER_LABEL, None)
@@ -118,14 +123,18 @@ def mnist_setup(quick: bool, reduced: bool = False) -> Setup:
                        lambda r: _exp_grid(-2.25, 0, 2))
     elif reduced:
         grid = _exp_grid(-9, 0, 5)[2:]
+        m, rounds = panel = tuple(panel)
+        if panel not in MNIST_FIGURES:
+            raise ValueError(f"panel must be one of the paper's (M, R) {sorted(MNIST_FIGURES)}, got {panel}")
+        phases = (1, 2) if rounds == 25 else (1, 2, 3, 4)
         return Setup(
-            "mnist", False, eps, ((25, 25),), _steps((25,), lambda r: grid, lambda r: grid, lambda r: grid),
-            (1.0, 10.0), ((25, (1, 2)),), 1, 1,
+            "mnist", False, eps, (panel,), _steps((rounds,), lambda r: grid, lambda r: grid, lambda r: grid),
+            (1.0, 10.0), ((rounds, phases),), reps, trials,
             trial_data=lambda t: D.mnist_trial(t), init=_init(nets.MnistMLP(), nets.MNIST_INPUT_SHAPE),
             loss=nets.mnist_loss, error=nets.mnist_error, configs_per_batch=8, seed_base=11_000_000,
-            notes=("REDUCED FORM: Fig. 4's panel (M = R = 25) only, 1 trial, 1 repetition, step sizes "
-                   "exp({-4.5, -2.25, 0}) (the paper's 3 largest of 5), clips {1, 10} (of 1, 5, 10, 100, 10000); "
-                   "the paper's data, model, epsilons, K = 606 and q in {1, 2}",
+            notes=(f"REDUCED FORM: Fig. {MNIST_FIGURES[panel]}'s panel (M = {m}, R = {rounds}) only, {trials} trial(s), "
+                   f"{reps} repetition(s), step sizes exp({{-4.5, -2.25, 0}}) (the paper's 3 largest of 5), clips "
+                   f"{{1, 10}} (of 1, 5, 10, 100, 10000); the paper's data, model, epsilons, K and q in {set(phases)}",
                    "MLP 50-64-1 without dropout (one logit; the authors: 50-64-2 with Dropout(0.5))"))
     else:
         grid = _exp_grid(-9, 0, 5)

@@ -31,11 +31,32 @@ def _panels(setup) -> list[str]:
     return [f"M = {m}, R = {r}" for m, r in setup.panels]
 
 
+PAIRS = (("spider_minus_mbsgd", SPIDER, MB), ("mbsgd_minus_local", MB, LOCAL), ("spider_minus_local", SPIDER, LOCAL))
+
+
+def paired_difference(rows, panel: str, eps, a: str, b: str) -> dict:
+    """Test error of ``a`` minus that of ``b`` at ``eps``, paired by trial (same data split):
+    ``{"mean", "se", "trials", "verdict"}`` with ``se`` the standard error of the mean over trials
+    (``nan`` for one trial) and ``verdict`` ``"lower"`` / ``"higher"`` where ``mean -/+ 2 se`` excludes 0,
+    else ``"tie"`` (within 2 standard errors; always ``"tie"`` for one trial)."""
+    err = {alg: {r["trial"]: r["test_error"] for r in rows
+                 if r["panel"] == panel and r["algorithm"] == alg and r["epsilon"] == eps} for alg in (a, b)}
+    trials = sorted(set(err[a]) & set(err[b]))
+    d = np.array([err[a][t] - err[b][t] for t in trials], np.float64)
+    if d.size == 0:
+        return {"mean": math.nan, "se": math.nan, "trials": 0, "verdict": "tie"}
+    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else math.nan
+    mean = float(d.mean())
+    verdict = "tie" if not math.isfinite(se) or abs(mean) <= 2 * se else ("lower" if mean < 0 else "higher")
+    return {"mean": mean, "se": se, "trials": int(d.size), "verdict": verdict}
+
+
 def ordering(setup, rows) -> dict:
     """Per panel and epsilon: the mean test errors of SPIDER, MB-SGD and Local SGD, whether
-    ``SPIDER <= MB-SGD <= Local SGD`` holds for the means, and whether it holds within the error bars
+    ``SPIDER <= MB-SGD <= Local SGD`` holds for the means, whether it holds within the error bars
     (each ``<=`` read as ``a.p5 <= b.p95``: the 5th-95th percentile bands over trials overlap or are in
-    order)."""
+    order), and the trial-paired differences of :func:`paired_difference` (``spider_minus_mbsgd``,
+    ``mbsgd_minus_local``, ``spider_minus_local``)."""
     out = {}
     for panel in _panels(setup):
         t = aggregate(rows, panel, key="panel")
@@ -47,8 +68,14 @@ def ordering(setup, rows) -> dict:
             out[panel][str(eps)] = {
                 "spider": s["mean"], "mbsgd": m["mean"], "local_sgd": loc["mean"],
                 "means_ordered": bool(s["mean"] <= m["mean"] <= loc["mean"]),
-                "ordered_within_bars": bool(s["p5"] <= m["p95"] and m["p5"] <= loc["p95"])}
+                "ordered_within_bars": bool(s["p5"] <= m["p95"] and m["p5"] <= loc["p95"]),
+                **{name: paired_difference(rows, panel, eps, a, b) for name, a, b in PAIRS}}
     return out
+
+
+def _paired_cell(p) -> str:
+    se = f" ± {p['se']:.4f}" if math.isfinite(p["se"]) else ""
+    return f"{p['mean']:+.4f}{se} ({p['verdict']})"
 
 
 def _cell(c) -> str:
@@ -87,6 +114,16 @@ def summary_markdown(setup, rows) -> str:
             cell = t.get(name, {}).get(None)
             if cell is not None:
                 lines.append(f"| {name} | {_cell(cell)} | | | | | | | |")
+        lines.append("")
+        lines.append(f"Paired by trial (same data split): test error difference, mean ± standard error over "
+                     f"{setup.trials} trial(s); lower / higher where 2 SE exclude 0, else tie")
+        lines.append("")
+        lines.append("| eps (nominal) | SPIDER - MB-SGD | MB-SGD - Local SGD | SPIDER - Local SGD |")
+        lines.append("|---|---|---|---|")
+        for eps in setup.epsilons:
+            o = order[panel].get(str(eps))
+            if o is not None:
+                lines.append(f"| {eps:g} | " + " | ".join(_paired_cell(o[name]) for name, _, _ in PAIRS) + " |")
         lines.append("")
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 noise-multiplier conversions of the experiments' calibrations, the settings of the full forms."""
 import json
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -151,3 +152,25 @@ def test_full_reproduction_runs(tmp_path, name):
     assert main(["reproduce", name, "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "results.json").read_text())
     assert all(math.isfinite(r["metrics"]["test_error"]) for r in doc["runs"])
+
+
+def test_paired_difference_is_over_trials_of_the_same_panel_and_epsilon():
+    from jaxfl.experiments.lowy_nonconvex_report import MB, SPIDER, paired_difference
+
+    def row(alg, trial, err, eps=3.0, panel="M = 25, R = 25"):
+        return {"algorithm": alg, "trial": trial, "test_error": err, "epsilon": eps, "panel": panel}
+
+    rows = [row(SPIDER, 0, 0.10), row(SPIDER, 1, 0.20), row(SPIDER, 2, 0.30), row(SPIDER, 3, 0.0),
+            row(MB, 0, 0.20), row(MB, 1, 0.25), row(MB, 2, 0.50),
+            row(MB, 1, 9.0, eps=6.0), row(MB, 2, 9.0, panel="M = 12, R = 25")]
+    p = paired_difference(rows, "M = 25, R = 25", 3.0, SPIDER, MB)
+    d = [-0.10, -0.05, -0.20]                       # trial 3 has no MB-SGD row: not paired
+    assert p["trials"] == 3
+    assert p["mean"] == pytest.approx(statistics.mean(d))
+    assert p["se"] == pytest.approx(statistics.stdev(d) / math.sqrt(3))
+    assert p["verdict"] == "lower"                  # -0.1167 + 2 x 0.0441 < 0
+    assert paired_difference(rows, "M = 25, R = 25", 3.0, MB, SPIDER)["verdict"] == "higher"
+    one = paired_difference(rows[:1] + rows[4:5], "M = 25, R = 25", 3.0, SPIDER, MB)
+    assert one["trials"] == 1 and math.isnan(one["se"]) and one["verdict"] == "tie"
+    close = [row(SPIDER, 0, 0.10), row(SPIDER, 1, 0.30), row(MB, 0, 0.20), row(MB, 1, 0.25)]
+    assert paired_difference(close, "M = 25, R = 25", 3.0, SPIDER, MB)["verdict"] == "tie"   # d = -0.1, +0.05
