@@ -113,7 +113,7 @@ def mnist_setup(quick: bool, reduced: bool = False, *, panel: tuple = (25, 25), 
 
     ``reduced=True``: the paper's data, model, epsilons, K and q grid on one ``panel`` (M, R) (default
     Fig. 4's, M = R = 25), but ``trials`` trials, ``reps`` repetitions and a pruned grid (step sizes the 3
-    largest of the paper's 5, clips {1, 10}) -- about 8 minutes per trial and repetition of an R = 25 panel
+    largest of the paper's 5, clips {1, 10}) -- 8-11 minutes per trial and repetition of an R = 25 panel
     on 2 CPU cores, against ~34 minutes for the paper's grid of that panel.
     """
     eps = (0.75, 12.0) if quick else (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0)   # quick n = 64: eps <= 16.6
