@@ -105,6 +105,7 @@ def _env_trials(default: int) -> int:
 
 
 MNIST_FIGURES = {(25, 25): 4, (12, 50): 5, (12, 25): 9, (25, 50): 10}     # (M, R) -> the paper's figure
+MNIST_PHASES = {25: (1, 2), 50: (1, 2, 3, 4)}   # R -> FedProx-SPIDER's q grid (large q needs a large K)
 
 
 def mnist_setup(quick: bool, reduced: bool = False, *, panel: tuple = (25, 25), trials: int = 1, reps: int = 1
@@ -126,7 +127,7 @@ def mnist_setup(quick: bool, reduced: bool = False, *, panel: tuple = (25, 25), 
         m, rounds = panel = tuple(panel)
         if panel not in MNIST_FIGURES:
             raise ValueError(f"panel must be one of the paper's (M, R) {sorted(MNIST_FIGURES)}, got {panel}")
-        phases = (1, 2) if rounds == 25 else (1, 2, 3, 4)
+        phases = MNIST_PHASES[rounds]
         return Setup(
             "mnist", False, eps, (panel,), _steps((rounds,), lambda r: grid, lambda r: grid, lambda r: grid),
             (1.0, 10.0), ((rounds, phases),), reps, trials,
@@ -140,9 +141,9 @@ def mnist_setup(quick: bool, reduced: bool = False, *, panel: tuple = (25, 25), 
         grid = _exp_grid(-9, 0, 5)
         steps = _steps((25, 50), lambda r: grid, lambda r: grid, lambda r: grid)
     return Setup(
-        "mnist", quick, eps, ((25, 4),) if quick else ((25, 25), (12, 50), (12, 25), (25, 50)), steps,
+        "mnist", quick, eps, ((25, 4),) if quick else tuple(MNIST_FIGURES), steps,
         (1.0, 10.0) if quick else (1.0, 5.0, 10.0, 100.0, 10000.0),
-        ((4, (2,)),) if quick else ((25, (1, 2)), (50, (1, 2, 3, 4))),
+        ((4, (2,)),) if quick else tuple(MNIST_PHASES.items()),
         1 if quick else 2, 1 if quick else _env_trials(3),
         trial_data=lambda t: D.mnist_trial(t, per_label=per_label, pca_fit_records=pca_fit),
         init=_init(nets.MnistMLP(), nets.MNIST_INPUT_SHAPE), loss=nets.mnist_loss, error=nets.mnist_error,
