@@ -72,9 +72,9 @@ def round_seconds(method: str, module, per_pass, train, repeats: int) -> float:
                          clip_norm=0.01, noise_multiplier=3.8, server_opt=optax.adam(2e-3),
                          clients_per_pass=per_pass or CLIENTS)
     else:
-        algo = dp_rec(loss, client_opt=optax.sgd(0.01), clients_per_round=CLIENTS, batch_size=BATCH, prior_std=0.005,
-                      clip_multiplier=0.545, layout=rec.per_tensor(params, 7), server_opt=optax.adam(2e-3),
-                      clients_per_pass=per_pass)
+        algo = dp_rec(loss, params=params, client_opt=optax.sgd(0.01), clients_per_round=CLIENTS, batch_size=BATCH,
+                      prior_std=0.005, clip_multiplier=0.545, layout=rec.per_tensor(params, 7),
+                      server_opt=optax.adam(2e-3), clients_per_pass=per_pass)
     state = algo.init(params)
     round_fn = jax.jit(algo.round)
     return best_seconds(lambda: round_fn(state, train, jax.random.PRNGKey(1))[0], (), repeats)

@@ -94,8 +94,8 @@ def test_slot_rounds_in_passes_equal_one_vmap(per_pass):
     from jaxfl.compression import rec
 
     data = from_silos(make_silos([30, 12, 25, 40, 33], seed=6))
-    kwargs = dict(client_opt=optax.sgd(0.2), clients_per_round=4, batch_size=5, prior_std=0.05,
-                  clip_multiplier=1.0, layout=rec.BlockLayout((3, 3), (4, 4)))
+    kwargs = dict(params=init_linear(5), client_opt=optax.sgd(0.2), clients_per_round=4, batch_size=5,
+                  prior_std=0.05, clip_multiplier=1.0, layout=rec.BlockLayout((3, 3), (4, 4)))
     outs = []
     for alg in (dp_rec(logistic_loss, **kwargs), dp_rec(logistic_loss, clients_per_pass=per_pass, **kwargs)):
         outs.append(jax.jit(lambda s, alg=alg: run_rounds(alg, s, data, jax.random.PRNGKey(1), 0, 3))(

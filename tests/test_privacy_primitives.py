@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from jaxfl.models import init_linear, logistic_loss, softmax_loss
 from jaxfl.privacy import (clip_by_global_norm, clip_update, clipped_grad_sum, differentially_private_aggregate,
-                           gaussian_like, gaussian_noise, per_example_grads)
+                           gaussian_like, gaussian_noise, noisy_clipped_mean, per_example_grads, unit_noise_like)
 
 
 def _problem(n=12, d=4, k=3, seed=0):
@@ -108,6 +108,38 @@ def test_optax_dp_aggregate_matches_manual():
     noise = gaussian_like(keys.step_key(key, 0, keys.Purpose.NOISE), summed, 0.7 * 1.3)
     np.testing.assert_allclose(out1["w"], (summed["w"] + noise["w"]) / 8, rtol=1e-5, atol=1e-6)
     assert int(state.count) == 2
+
+
+def test_optax_dp_aggregate_and_engine_noisy_gradient_agree():
+    """The optax transform and the engine's noisy gradient (one noisy_clipped_mean) give the same result
+    on the same records and keys: the transform's step t noise key is the engine's step t noise key."""
+    from jaxfl.engine import local
+    from jaxfl.privacy import keys
+    params, x, y = _problem(n=12)
+    key, clip, z = jax.random.key(11), 0.7, 1.3
+    batch = local.Batch(x, y, jnp.ones(x.shape[0]), jnp.asarray(x.shape[0], jnp.float32))
+    for loss, exact in ((softmax_loss, False), (lambda p, x, y: 0.0 * softmax_loss(p, x, y), True)):
+        tx = differentially_private_aggregate(clip_norm=clip, noise_multiplier=z, key=key)
+        state = tx.init(params)
+        for step in range(2):
+            out, state = tx.update(per_example_grads(loss, params, x, y), state)
+            engine, _ = local.noisy_batch_gradient(loss, params, batch, keys.step_key(key, step, keys.Purpose.NOISE),
+                                                   clip_norm=clip, noise_multiplier=z)
+            for name in params:
+                if exact:  # zero gradients: only the noise and its scaling, bit for bit
+                    np.testing.assert_array_equal(out[name], engine[name])
+                else:  # the clipped sums are summed in different orders
+                    np.testing.assert_allclose(out[name], engine[name], rtol=1e-5, atol=1e-6)
+
+
+def test_noisy_clipped_mean_python_zero_draws_nothing():
+    tree = {"w": jnp.arange(3.0)}
+    assert unit_noise_like(jax.random.key(0), tree, 0) is None
+    out = noisy_clipped_mean(tree, None, clip_norm=jnp.inf, noise_multiplier=0, denominator=4)
+    np.testing.assert_array_equal(out["w"], np.arange(3.0) * 0.25)
+    zero = noisy_clipped_mean(tree, unit_noise_like(jax.random.key(0), tree, 0.0 * jnp.ones([])), clip_norm=jnp.inf,
+                              noise_multiplier=jnp.zeros([]), denominator=4)  # traced 0: drawn, scaled to 0
+    np.testing.assert_array_equal(zero["w"], np.arange(3.0) * 0.25)
 
 
 def test_optax_gaussian_noise_chains_with_sgd():

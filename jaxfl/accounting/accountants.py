@@ -6,8 +6,11 @@ is described by ``dp_accounting`` events; all Rényi-DP and privacy-loss-distrib
 numbers of mechanism invocations.
 
 Neighbouring relation: add/remove one record (``dp_accounting``'s default) unless the accountant is built
-with ``neighboring_relation=...``. Noise multipliers are noise standard deviation divided by the L2
-sensitivity under that relation.
+with ``neighboring_relation=...``; every accountant class declares the relations it supports
+(``relations``) and refuses the others with one ``ValueError`` (:func:`check_relation`). A Gaussian
+event's noise multiplier is, as ``dp_accounting`` defines it, the noise standard deviation over the bound
+``C`` on each record's contribution; the sensitivity is ``C`` under add/remove-one and ``2C`` under
+replace-one, and the accountants apply it (:func:`jaxfl.accounting.events.clipped_sum_gaussian`).
 
 Known ``dp_accounting`` 0.6.0 limitation: neither its RDP nor its PLD accountant supports
 ``SampledWithReplacementDpEvent`` (and only RDP with ``replace_one`` supports
@@ -27,6 +30,7 @@ from dp_accounting import pld as _pld
 from dp_accounting import rdp as _rdp
 
 from jaxfl.accounting import _validate
+from jaxfl.accounting import events as _events
 
 NeighboringRelation = dp_accounting.NeighboringRelation
 DpEvent = dp_accounting.DpEvent
@@ -71,29 +75,41 @@ class Accountant(Protocol):
     def events(self) -> tuple[tuple[DpEvent, int], ...]: ...
 
 
-def _relation(value: Any) -> NeighboringRelation:
-    if isinstance(value, NeighboringRelation):
-        return value
-    if isinstance(value, str):
-        key = value.strip().upper().replace("-", "_")
-        try:
-            return NeighboringRelation[key]
-        except KeyError:
-            pass
-    names = ", ".join(r.name.lower() for r in NeighboringRelation)
-    raise ValueError(f"neighboring_relation must be one of {names}, got {value!r}")
+_relation = _events._relation  # NeighboringRelation or its lower-case name -> NeighboringRelation
+
+#: Every neighbouring relation dp_accounting names.
+ALL_RELATIONS: frozenset = frozenset(NeighboringRelation)
+
+
+def _relation_names(relations) -> str:
+    return ", ".join(sorted(r.name.lower() for r in relations))
+
+
+def _refuse_relation(name: str, relation: NeighboringRelation, supported, hint: str = "") -> None:
+    """Raises the one ``ValueError`` for an accountant that does not support ``relation``."""
+    if relation not in supported:
+        raise ValueError(f"neighboring_relation {relation.name.lower()!r} is not supported by the {name!r} "
+                         f"accountant, which accounts {_relation_names(supported)} neighbours only"
+                         + (f" ({hint})" if hint else ""))
 
 
 class _DpAccountingAccountant:
     """Shared machinery: history of (event, count), validation, copying, dp_accounting aliases.
 
-    Subclasses implement ``_supports``, ``_compose``, ``_epsilon``, ``_delta`` and ``_config``.
+    Subclasses implement ``_supports``, ``_compose``, ``_epsilon``, ``_delta`` and ``_config``, and declare
+    ``relations``, the neighbouring relations they can account (data, read by :func:`check_relation`
+    before any accountant is built).
     """
 
     name: str = ""
+    #: The neighbouring relations this accountant supports (per-event limits are ``supports``'s business).
+    relations: frozenset = frozenset({NeighboringRelation.ADD_OR_REMOVE_ONE})
+    #: Appended to the refusal of an unsupported relation (e.g. how to convert the guarantee).
+    relation_hint: str = ""
 
     def __init__(self, neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
         self._relation = _relation(neighboring_relation)
+        _refuse_relation(self.name, self._relation, type(self).relations, type(self).relation_hint)
         self._events: list[tuple[DpEvent, int]] = []
         self._builder = dp_accounting.DpEventBuilder()
 
@@ -199,6 +215,12 @@ class RdpAccountant(_DpAccountingAccountant):
     cached (shared with copies), since RDP composes additively; the totals are bit-identical to composing
     into one ``dp_accounting`` accountant.
 
+    Neighbouring relations: all three; which events each supports is ``dp_accounting``'s rule (e.g.
+    ``PoissonSampledDpEvent`` not under replace-one, ``SampledWithoutReplacementDpEvent`` only under
+    replace-one). Under replace-one, dp_accounting's RDP reads a Gaussian's multiplier as std over
+    sensitivity while the event carries std over the per-record bound ``C`` (sensitivity ``2C``): every
+    event is handed over as :func:`jaxfl.accounting.events.rdp_event` of it, which halves the multiplier.
+
     Args:
       orders: Rényi orders alpha > 1; ``None`` uses ``dp_accounting``'s default orders
         (:data:`DEFAULT_RDP_ORDERS`). Fractional orders give a slightly pessimistic (safe) RDP.
@@ -206,6 +228,7 @@ class RdpAccountant(_DpAccountingAccountant):
     """
 
     name = "rdp"
+    relations = ALL_RELATIONS
 
     def __init__(self, orders: Sequence[float] | None = None,
                  neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
@@ -229,7 +252,7 @@ class RdpAccountant(_DpAccountingAccountant):
         return [self._cache]
 
     def _supports(self, event: DpEvent) -> bool:
-        return self._fresh().supports(event)
+        return self._fresh().supports(_events.rdp_event(event, self._relation))
 
     def _unit_rdp(self, event: DpEvent) -> np.ndarray:
         try:
@@ -242,7 +265,7 @@ class RdpAccountant(_DpAccountingAccountant):
 
     def _compute_unit_rdp(self, event: DpEvent) -> np.ndarray:
         acc = self._fresh()
-        acc.compose(event, 1)
+        acc.compose(_events.rdp_event(event, self._relation), 1)
         rdp = np.array(acc._rdp, dtype=np.float64)  # pylint: disable=protected-access
         rdp.setflags(write=False)
         return rdp
@@ -277,12 +300,16 @@ class RdpAccountant(_DpAccountingAccountant):
 class PldAccountant(_DpAccountingAccountant):
     """Privacy-loss-distribution accountant (``dp_accounting.pld.PLDAccountant``, pessimistic estimate).
 
+    Neighbouring relations: all three (per-event limits as ``dp_accounting``'s). Under replace-one,
+    dp_accounting's PLD shifts a Gaussian by ``+-C`` (sensitivity ``2C``), as the events assume.
+
     Args:
       value_discretization_interval: width of the privacy-loss grid (nats); smaller is tighter and slower.
       neighboring_relation: ``"add_or_remove_one"`` (default), ``"replace_one"`` or ``"replace_special"``.
     """
 
     name = "pld"
+    relations = ALL_RELATIONS
 
     def __init__(self, value_discretization_interval: float = 1e-4,
                  neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
@@ -312,15 +339,45 @@ class PldAccountant(_DpAccountingAccountant):
         return self._vdi
 
 
-#: Registry of accountant factories by name; ``register_accountant`` adds more (e.g. "dprec").
+class _Lazy:
+    """An accountant factory that imports its class when first used (no import cycles, no registration as
+    an import side effect). Calling it builds an accountant; ``relations`` is the class's."""
+
+    def __init__(self, module: str, qualname: str):
+        self.module, self.qualname = module, qualname
+
+    def load(self) -> type:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.qualname)
+
+    def __call__(self, **kwargs: Any) -> Accountant:
+        return self.load()(**kwargs)
+
+    @property
+    def relations(self) -> frozenset:
+        return self.load().relations
+
+    def __repr__(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+#: The accountants jaxfl ships, by name: one table. ``register_accountant`` adds users' own.
 ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
-    "rdp": RdpAccountant,
-    "pld": PldAccountant,
+    "rdp": RdpAccountant,                                              # dp_accounting's RDP
+    "pld": PldAccountant,                                              # dp_accounting's PLD
+    "lowy": _Lazy("jaxfl.accounting.lowy_convex", "LowyAccountant"),     # seed 000: sampling with replacement
+    "shuffle": _Lazy("jaxfl.accounting.shuffle_model", "ShuffleAccountant"),  # seeds 000/002: shuffle model
+    "dprec": _Lazy("jaxfl.accounting.dprec", "DprecAccountant"),         # seed 004: DP-REC, Theorem 1
 }
 
 
 def register_accountant(name: str, factory: Callable[..., Accountant], *, overwrite: bool = False) -> None:
-    """Registers ``factory(**kw) -> Accountant`` under ``name`` for :func:`make_accountant` and the CLI."""
+    """Registers ``factory(**kw) -> Accountant`` under ``name`` for :func:`make_accountant` and the CLI.
+
+    A factory that declares ``relations`` (a class deriving from jaxfl's accountants does) and accepts
+    ``neighboring_relation=`` can serve ledgers of any statement whose relation it supports; one that
+    does not is used by ledgers only for statements of its own relation (``neighboring_relation``)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"accountant name must be a non-empty string, got {name!r}")
     if name in ACCOUNTANTS and not overwrite:
@@ -333,14 +390,43 @@ def available_accountants() -> tuple[str, ...]:
     return tuple(sorted(ACCOUNTANTS))
 
 
-def make_accountant(name: str, **kwargs: Any) -> Accountant:
-    """A fresh accountant by registry name (``"rdp"``, ``"pld"``, ...); ``kwargs`` go to its constructor."""
+def _factory(name: str) -> Callable[..., Accountant]:
     try:
-        factory = ACCOUNTANTS[name]
+        return ACCOUNTANTS[name]
     except (KeyError, TypeError):
         raise ValueError(
             f"unknown accountant {name!r}; choose from {', '.join(available_accountants())}") from None
-    return factory(**kwargs)
+
+
+def make_accountant(name: str, **kwargs: Any) -> Accountant:
+    """A fresh accountant by registry name (``"rdp"``, ``"pld"``, ...); ``kwargs`` go to its constructor."""
+    return _factory(name)(**kwargs)
+
+
+def accountant_relations(name: str) -> frozenset | None:
+    """The neighbouring relations the accountant registered as ``name`` declares (``relations``), or None
+    for a user's factory that declares none."""
+    relations = getattr(_factory(name), "relations", None)
+    return None if relations is None else frozenset(relations)
+
+
+def check_relation(name: str, relation: Any) -> NeighboringRelation:
+    """``relation`` as a ``NeighboringRelation``; raises the one ``ValueError`` naming the accountant and
+    the relation when the accountant registered as ``name`` does not support it. A user's factory that
+    declares no ``relations`` supports the ``neighboring_relation`` of the accountants it builds."""
+    relation = _relation(relation)
+    factory = _factory(name)
+    supported = accountant_relations(name)
+    if supported is None:  # a user's factory: its accountants' own relation is the only one it supports
+        own = getattr(factory(), "neighboring_relation", None)
+        if own is None:
+            raise ValueError(f"the {name!r} accountant declares no neighbouring relation (neither 'relations' on "
+                             f"its factory nor 'neighboring_relation' on its accountants), so it cannot be used "
+                             f"for a statement about {relation.name.lower()!r} neighbours")
+        supported = frozenset({_relation(own)})
+    cls = factory.load() if isinstance(factory, _Lazy) else factory
+    _refuse_relation(name, relation, supported, getattr(cls, "relation_hint", ""))
+    return relation
 
 
 SAMPLING_SCHEMES = ("poisson", "with_replacement", "none")
@@ -352,7 +438,8 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
     """The ``dp_accounting`` event of ``steps`` (sub)sampled Gaussian-mechanism releases.
 
     Args:
-      noise_multiplier: noise standard deviation / L2 sensitivity (> 0, unitless).
+      noise_multiplier: noise standard deviation / the bound on each record's contribution (> 0, unitless;
+        the L2 sensitivity under add/remove-one, half of it under replace-one).
       sampling_rate: Poisson inclusion probability q in (0, 1]; q = 1 is the plain Gaussian.
       steps: number of releases (>= 0); 0 gives ``NoOpDpEvent``.
       sampling: ``"poisson"`` (``PoissonSampledDpEvent``), ``"with_replacement"``
@@ -367,7 +454,7 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
     sigma = _validate.positive(noise_multiplier, "noise_multiplier")
     q = _validate.sampling_rate(sampling_rate)
     steps = _validate.count(steps, "steps")
-    gauss = dp_accounting.GaussianDpEvent(sigma)
+    gauss = _events.clipped_sum_gaussian(sigma)
     if sampling == "poisson":
         event = gauss if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, gauss)
     elif sampling == "none":

@@ -2,7 +2,8 @@
 
 Both directions go through a registered accountant (``"rdp"`` by default) and
 ``dp_accounting.calibrate_dp_mechanism`` (Brent's method, returning a parameter whose epsilon is <= the
-target). Units: epsilon in nats, delta a probability, noise multiplier = noise std / L2 sensitivity.
+target). Units: epsilon in nats, delta a probability, noise multiplier = noise std / the bound on each
+record's contribution (the L2 sensitivity under add/remove-one neighbours).
 """
 from __future__ import annotations
 

@@ -46,43 +46,19 @@ import math
 import numbers
 from typing import Any, Sequence
 
-import attr
 import dp_accounting
 import numpy as np
 from dp_accounting import rdp as _rdp
 
 from jaxfl.accounting import _validate
-from jaxfl.accounting.accountants import (DpEvent, NeighboringRelation, _DpAccountingAccountant,
-                                          register_accountant)
+from jaxfl.accounting.accountants import DpEvent, NeighboringRelation, _DpAccountingAccountant
+from jaxfl.accounting.events import DprecDpEvent, _bits, _clip_multiplier
 
 #: Alg. 7's Rényi orders alpha = lambda + 1 for integer lambda in 1..299.
 DPREC_ORDERS: tuple[int, ...] = tuple(range(2, 301))
 
 #: The constant of the importance-sampling bias bound (eq. 4, Agapiou et al. 2017 §2.2).
 BIAS_CONSTANT = 12.0
-
-
-def _clip_multiplier(value: Any) -> float:
-    return _validate.positive(value, "clip_multiplier")
-
-
-def _bits(value: Any) -> int:
-    return _validate.count(value, "bits", minimum=1)
-
-
-@attr.s(frozen=True, slots=True, auto_attribs=True)
-class DprecDpEvent(dp_accounting.DpEvent):
-    """One DP-REC release of one client's clipped update (digest §3, Alg. 3).
-
-    Attributes:
-      clip_multiplier: ``c = C / sigma`` (> 0): the clip norm over the prior's standard deviation; the
-        Rényi divergence of order ``alpha`` between message and prior is at most ``alpha c^2 / 2`` nats.
-      bits: the **total** index bits ``b_tot`` of the update over all its blocks (>= 1); ``K = 2^b_tot``
-        enters the delta overhead ``12 e^{c^2} / 2^b_tot``.
-    """
-
-    clip_multiplier: float = attr.ib(converter=_clip_multiplier)
-    bits: int = attr.ib(converter=_bits)
 
 
 def _log_overhead_step(clip_multiplier: float, bits: int) -> float:
@@ -201,14 +177,12 @@ class DprecAccountant(_DpAccountingAccountant):
     """
 
     name = "dprec"
+    relations = frozenset({NeighboringRelation.ADD_OR_REMOVE_ONE})
+    relation_hint = "for substitution neighbours use 2 epsilon and 2 delta, paper App. A.1"
 
     def __init__(self, orders: Sequence[int] | None = None,
                  neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
         super().__init__(neighboring_relation)
-        if self._relation != NeighboringRelation.ADD_OR_REMOVE_ONE:
-            raise ValueError(
-                f"neighboring_relation: the dprec accountant is for add/remove-one neighbours, got "
-                f"{self._relation.name.lower()!r} (for substitution use 2 epsilon and 2 delta, paper App. A.1)")
         self._orders = _orders(orders)
         self._lambdas = np.asarray(self._orders, dtype=np.float64) - 1.0
         self._total = np.zeros(len(self._orders), dtype=np.float64)
@@ -297,8 +271,6 @@ class DprecAccountant(_DpAccountingAccountant):
         """Number of DP-REC steps composed (``T B`` for ``T`` rounds of ``B`` slots)."""
         return self._steps
 
-
-register_accountant("dprec", DprecAccountant)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,52 +9,32 @@ identical share one accountant (the RDP/PLD work is done once per distinct event
 user-level DP-FedAvg).
 
 Both are plain Python objects: ``record`` after each round, ``rounds_within_budget`` before running more.
+A ledger is built for one neighbouring relation (``neighboring_relation=``, the privacy statement's
+``RoundPrivacy.relation``) and refuses, with one ``ValueError``, an accountant that does not support it.
+Per-round events (:class:`~jaxfl.accounting.events.RoundCycleDpEvent`,
+:class:`~jaxfl.accounting.events.RoundScheduleDpEvent`) are expanded here into the events of the rounds
+recorded, from whatever round the ledger is at.
 Units: epsilon in nats, delta a probability, rounds a count.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
 
 from jaxfl.accounting import _validate
-from jaxfl.accounting.accountants import Accountant, DpEvent, UnsupportedEventError, make_accountant
+from jaxfl.accounting.accountants import (Accountant, DpEvent, UnsupportedEventError, accountant_relations,
+                                          check_relation, make_accountant)
+from jaxfl.accounting.events import RoundCycleDpEvent, RoundScheduleDpEvent, per_round_members
 
+__all__ = ["CentralLedger", "RoundCycleDpEvent", "RoundScheduleDpEvent", "SiloLedger"]
 
-@dataclasses.dataclass(frozen=True)
-class RoundCycleDpEvent(DpEvent):
-    """A per-round event that repeats with a period: round ``r`` releases ``events[r % len(events)]``.
-
-    For algorithms whose rounds differ in a fixed pattern (FedProx-SPIDER: a checkpoint every ``q``
-    rounds, difference steps between them). Only ledgers understand it: they hand the accountants
-    the member events, each composed as often as the recorded rounds hit its position.
-    """
-
-    events: tuple
-
-    def __post_init__(self):
-        if not self.events or not all(isinstance(e, DpEvent) for e in self.events):
-            raise ValueError(f"RoundCycleDpEvent needs a non-empty tuple of DpEvents, got {self.events!r}")
-
-    def counts(self, start: int, rounds: int) -> list[tuple[DpEvent, int]]:
-        """``[(event, times)]`` released by rounds ``start .. start + rounds - 1``."""
-        period = len(self.events)
-        full, rest = divmod(rounds, period)
-        plan: list[list] = []
-        for k, event in enumerate(self.events):
-            times = full + (1 if (k - start) % period < rest else 0)
-            same = next((p for p in plan if p[0] == event), None)
-            if same is not None:
-                same[1] += times
-            elif times:
-                plan.append([event, times])
-        return [(e, t) for e, t in plan if t]
+_PER_ROUND = (RoundCycleDpEvent, RoundScheduleDpEvent)
 
 
 def _plan(event: DpEvent, start: int, rounds: int) -> list[tuple[DpEvent, int]]:
     """What ``rounds`` rounds from round ``start`` compose: ``[(event, times)]``."""
-    if isinstance(event, RoundCycleDpEvent):
+    if isinstance(event, _PER_ROUND):
         return event.counts(start, rounds)
     return [(event, rounds)] if rounds else []
 
@@ -95,12 +75,17 @@ class SiloLedger:
         the whole run costs one round's events.
       round_limit: the most rounds the events are valid for (one-pass: ``floor(n / K)``; beyond it
         records would be reused); epsilons are ``inf`` past it.
-      **accountant_kw: passed to the accountant constructor (e.g. ``orders=``, ``neighboring_relation=``).
+      neighboring_relation: the relation the events are stated for (a ``dp_accounting.NeighboringRelation``
+        or its lower-case name; ``RoundPrivacy.relation``). The accountants are built with it, and an
+        accountant that does not support it is refused with a ``ValueError`` naming both. None: the
+        accountant's own default (add/remove-one for ``"rdp"``/``"pld"``/``"dprec"``, replace-one for
+        ``"lowy"``/``"shuffle"``).
+      **accountant_kw: passed to the accountant constructor (e.g. ``orders=``).
     """
 
     def __init__(self, silo_events: DpEvent | Sequence[DpEvent], accountant: str = "rdp", *,
                  num_silos: int | None = None, composition: str = "sequential", round_limit: int | None = None,
-                 **accountant_kw: Any):
+                 neighboring_relation: Any = None, **accountant_kw: Any):
         if composition not in ("sequential", "parallel"):
             raise ValueError(f"composition must be 'sequential' or 'parallel', got {composition!r}")
         self._parallel = composition == "parallel"
@@ -118,21 +103,25 @@ class SiloLedger:
         for i, event in enumerate(events):
             if not isinstance(event, DpEvent):
                 raise ValueError(f"silo_events[{i}] must be a dp_accounting.DpEvent, got {event!r}")
+        if neighboring_relation is not None:
+            neighboring_relation = check_relation(accountant, neighboring_relation)
+            if accountant_relations(accountant) is not None:  # else the factory has the relation built in
+                accountant_kw = {**accountant_kw, "neighboring_relation": neighboring_relation}
         self._accountant_name = accountant
         self._accountant_kw = dict(accountant_kw)
         self._events = tuple(events)
         self._unique, self._group_of = _group(events)
         self._accountants: list[Accountant] = []
         for event in self._unique:
-            if self._parallel and isinstance(event, RoundCycleDpEvent):
-                raise ValueError("parallel composition of a RoundCycleDpEvent is not supported")
+            if self._parallel and isinstance(event, _PER_ROUND):
+                raise ValueError(f"parallel composition of a {type(event).__name__} is not supported")
             acc = make_accountant(accountant, **accountant_kw)
             supports = getattr(acc, "supports", None)
-            members = event.events if isinstance(event, RoundCycleDpEvent) else (event,)
-            for member in members:
+            for member in per_round_members(event):
                 if supports is not None and not supports(member):
                     raise UnsupportedEventError(f"the {accountant!r} accountant cannot account {member!r}")
             self._accountants.append(acc)
+        self._relation = getattr(self._accountants[0], "neighboring_relation", neighboring_relation)
         self._rounds = 0
 
     # -- inspection -----------------------------------------------------------------------------------
@@ -140,6 +129,11 @@ class SiloLedger:
     def accountant_name(self) -> str:
         """Registry name of the accountant in use."""
         return self._accountant_name
+
+    @property
+    def neighboring_relation(self):
+        """The ``dp_accounting.NeighboringRelation`` the ledger accounts (None if its accountant names none)."""
+        return self._relation
 
     @property
     def num_silos(self) -> int:
@@ -167,8 +161,10 @@ class SiloLedger:
 
     # -- recording ------------------------------------------------------------------------------------
     def record(self, rounds: int = 1) -> "SiloLedger":
-        """Composes every silo's per-round event ``rounds`` (>= 0) more times; returns ``self``."""
+        """Composes every silo's per-round event ``rounds`` (>= 0) more times; returns ``self``. Recording
+        past the end of a :class:`RoundScheduleDpEvent` raises ``ValueError`` naming the round."""
         rounds = _validate.count(rounds, "rounds")
+        self._check_schedules(rounds)  # before composing anything: a refused record leaves no trace
         if rounds:
             compositions = self._compositions(rounds)
             for acc, event in zip(self._accountants, self._unique):
@@ -185,6 +181,12 @@ class SiloLedger:
 
     def _past_limit(self, more_rounds: int = 0) -> bool:
         return self._round_limit is not None and self._rounds + more_rounds > self._round_limit
+
+    def _check_schedules(self, more_rounds: int) -> None:
+        """Raises ValueError (naming the round) when ``more_rounds`` further rounds run past a schedule."""
+        for event in self._unique:
+            if isinstance(event, RoundScheduleDpEvent):
+                event.check(self._rounds, self._compositions(more_rounds))
 
     def copy(self) -> "SiloLedger":
         """An independent ledger with the same events and history."""
@@ -263,15 +265,18 @@ class SiloLedger:
         """Whether recording ``rounds`` more rounds keeps every silo within (epsilon, delta)."""
         target = _validate.epsilon(epsilon)
         rounds = _validate.count(rounds, "rounds")
+        self._check_schedules(rounds)
         return self._within(rounds, target, self._groups_deltas(self._deltas(delta)))
 
     def rounds_within_budget(self, epsilon: float, delta: float | Sequence[float] | np.ndarray,
                              max_rounds: int) -> int:
         """The largest t in [0, max_rounds] such that recording t more rounds keeps every silo's epsilon
         <= ``epsilon`` at ``delta``; 0 also when the ledger is already over budget. Does not mutate the
-        ledger. Exponential then binary search (epsilon is non-decreasing in t)."""
+        ledger. Exponential then binary search (epsilon is non-decreasing in t). With a
+        :class:`RoundScheduleDpEvent`, ``max_rounds`` may not run past the schedule (``ValueError``)."""
         target = _validate.epsilon(epsilon)
         max_rounds = _validate.count(max_rounds, "max_rounds")
+        self._check_schedules(max_rounds)
         per_group = self._groups_deltas(self._deltas(delta))
         if max_rounds == 0 or not self._within(0, target, per_group):
             return 0
@@ -306,7 +311,8 @@ class CentralLedger(SiloLedger):
 
     Args:
       event: what one round releases about the whole dataset, as a ``dp_accounting`` event.
-      accountant: registry name; ``**accountant_kw`` go to its constructor.
+      accountant: registry name; ``neighboring_relation=``, ``composition=``, ``round_limit=`` as for
+        :class:`SiloLedger`; other keywords go to the accountant's constructor.
     """
 
     def __init__(self, event: DpEvent, accountant: str = "rdp", **kwargs: Any):

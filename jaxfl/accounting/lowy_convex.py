@@ -17,7 +17,8 @@ import dp_accounting
 import numpy as np
 
 from jaxfl.accounting import _validate, closed_forms
-from jaxfl.accounting.accountants import NeighboringRelation, _DpAccountingAccountant, register_accountant
+from jaxfl.accounting.accountants import NeighboringRelation, _DpAccountingAccountant
+from jaxfl.accounting.events import clipped_sum_sensitivity
 
 
 def _checked(**values):
@@ -163,8 +164,9 @@ class LowyAccountant(_DpAccountingAccountant):
     records with replacement and adds ``N(0, (z C)^2)`` to the sum of the clipped gradients):
 
     1. split ``delta`` as the paper does: ``delta~ = delta / (2m)`` per step, ``delta' = delta / 2``;
-    2. Gaussian mechanism (Dwork-Roth): under replace-one neighbours the sum moves by ``2C``, so a
-       step on its minibatch is ``(eps_pre, delta~)``-DP with ``eps_pre = sqrt(2 ln(1.25/delta~)) 2 / z``;
+    2. Gaussian mechanism (Dwork-Roth): under replace-one neighbours the sum moves by ``2C``
+       (:func:`~jaxfl.accounting.events.clipped_sum_sensitivity`), so a step on its minibatch is
+       ``(eps_pre, delta~)``-DP with ``eps_pre = sqrt(2 ln(1.25/delta~)) / (z / 2)``;
     3. Ullman's amplification by sampling with replacement: ``(2 eps_pre K / n, delta~)``, valid
        only for ``eps_pre <= 1``;
     4. advanced composition (Dwork-Roth 3.20) of the ``m`` steps with ``delta'``.
@@ -176,13 +178,15 @@ class LowyAccountant(_DpAccountingAccountant):
     """
 
     name = "lowy"
+    relations = frozenset({NeighboringRelation.REPLACE_ONE})
+    relation_hint = "the paper's relation; Ullman's amplification by sampling with replacement is stated for it"
 
-    def __init__(self):
-        super().__init__(NeighboringRelation.REPLACE_ONE)
+    def __init__(self, neighboring_relation=NeighboringRelation.REPLACE_ONE):
+        super().__init__(neighboring_relation)
         self._steps: list[tuple[int, int, float]] = []
 
     def _config(self):
-        return {}
+        return {"neighboring_relation": self._relation}
 
     def _supports(self, event):
         return _with_replacement_steps(event, 1) is not None
@@ -199,7 +203,7 @@ class LowyAccountant(_DpAccountingAccountant):
         for n, k, z in self._steps:
             if z <= 0:
                 return math.inf
-            eps_pre = math.sqrt(2 * math.log(1.25 / delta_step)) * 2.0 / z
+            eps_pre = math.sqrt(2 * math.log(1.25 / delta_step)) / (z / clipped_sum_sensitivity(self._relation))
             if eps_pre > 1.0:
                 return math.inf
             per_step.append(eps_pre if n is None else closed_forms.amplify_with_replacement_ullman(eps_pre, k, n))
@@ -218,5 +222,3 @@ class LowyAccountant(_DpAccountingAccountant):
                 lo = mid
         return math.exp(hi)
 
-
-register_accountant("lowy", LowyAccountant)

@@ -1,7 +1,8 @@
 """Central (shuffled) guarantees of seed 000's shuffle-model algorithms, as an accountant.
 
 Two events describe what the *shuffled* transcript of one round reveals about one record anywhere in
-the union of the silos (central DP, replace-one neighbours):
+the union of the silos (central DP, replace-one neighbours; both are defined, with their assumptions, in
+:mod:`jaxfl.accounting.events` and re-exported here):
 
 * :class:`PvecDpEvent` -- one run of the binomial vector-summation protocol P_vec over ``num_users``
   reports of dimension ``dim`` (Alg. 6). Its ``(epsilon, delta)`` comes from
@@ -22,38 +23,15 @@ is the ledger's business (``composition="parallel"``), not the accountant's.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
-import dp_accounting
-
 from jaxfl.accounting import closed_forms
+from jaxfl.accounting.accountants import NeighboringRelation
+from jaxfl.accounting.events import PvecDpEvent, ShuffledGaussianDpEvent, clipped_sum_sensitivity
 from jaxfl.accounting.lowy_convex import LowyAccountant, flatten_steps
-from jaxfl.accounting.accountants import register_accountant
 from jaxfl.privacy import shuffle
 
-
-@dataclasses.dataclass(frozen=True)
-class PvecDpEvent(dp_accounting.DpEvent):
-    """One P_vec summation of ``num_users`` reports in ``dim`` dimensions with ``ShuffleParams(g, b, p)``."""
-
-    granularity: int
-    trials: int
-    probability: float
-    num_users: int
-    dim: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ShuffledGaussianDpEvent(dp_accounting.DpEvent):
-    """One round of Shuffled Noisy MB-SGD: ``reports`` silos each send one record's gradient (clipped
-    to C) plus Gaussian noise of std ``noise_multiplier * C``; silos hold ``records_per_silo`` records
-    (the smallest silo), ``num_silos`` silos in all."""
-
-    noise_multiplier: float
-    reports: int
-    num_silos: int
-    records_per_silo: int
+__all__ = ["PvecDpEvent", "ShuffleAccountant", "ShuffledGaussianDpEvent", "shuffled_gaussian_epsilon"]
 
 
 def shuffled_gaussian_epsilon(event: ShuffledGaussianDpEvent, delta: float) -> float:
@@ -69,7 +47,8 @@ def shuffled_gaussian_epsilon(event: ShuffledGaussianDpEvent, delta: float) -> f
     delta_shuffle = target / 2
     delta0 = target / (4.0 * event.reports)
     for _ in range(60):
-        eps0 = closed_forms.analytic_gaussian_epsilon(event.noise_multiplier, delta0, sensitivity=2.0)
+        eps0 = closed_forms.analytic_gaussian_epsilon(
+            event.noise_multiplier, delta0, sensitivity=clipped_sum_sensitivity(NeighboringRelation.REPLACE_ONE))
         eps_s, delta_total = shuffle.amplify_by_shuffling(eps0, delta0, event.reports, delta_shuffle)
         if math.isinf(eps_s):
             return math.inf
@@ -95,6 +74,8 @@ class ShuffleAccountant(LowyAccountant):
     DP, replace-one neighbours. See the module docstring for the calculus."""
 
     name = "shuffle"
+    relations = frozenset({NeighboringRelation.REPLACE_ONE})
+    relation_hint = "the shuffle-model analyses (P_vec, FMT's amplification) are stated for replace-one"
 
     def _supports(self, event):
         return _flatten(event, 1) is not None
@@ -115,5 +96,3 @@ class ShuffleAccountant(LowyAccountant):
         eps, _ = closed_forms.advanced_composition(per_step, [delta_step] * m, m, delta / 2)
         return eps
 
-
-register_accountant("shuffle", ShuffleAccountant)

@@ -8,6 +8,8 @@ their shuffle-model versions); ``prox`` the proximal operators they step with (c
 """
 from jaxfl.algorithms import dp_rec, isrl, nonconvex, prox
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
+from jaxfl.algorithms.personalized import personalized
+from jaxfl.algorithms.scaffold import scaffold
 from jaxfl.algorithms.sgd import local_sgd, minibatch_sgd
 
-__all__ = ["dp_fedavg", "dp_rec", "isrl", "local_sgd", "minibatch_sgd", "nonconvex", "prox"]
+__all__ = ["dp_fedavg", "dp_rec", "isrl", "local_sgd", "minibatch_sgd", "nonconvex", "personalized", "prox", "scaffold"]

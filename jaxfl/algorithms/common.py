@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, NamedTuple
 
 import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
+from jaxfl.accounting.events import RoundScheduleDpEvent
 from jaxfl.engine.protocol import RoundPrivacy, ServerState
+
+NeighboringRelation = dp_accounting.NeighboringRelation
 
 
 def is_concrete_zero(value) -> bool:
@@ -57,15 +62,41 @@ def silo_noise_multipliers(noise_multiplier, counts) -> list:
     return [(int(n), float(zi)) for n, zi in zip(counts, z) if n > 0]
 
 
-def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, adjacency: str = "add_remove"):
+def sampling_relation(kind: str) -> NeighboringRelation:
+    """The neighbouring relation a sampler's events are stated for: replace-one for draws with replacement
+    (a fixed-size sample of a fixed-size silo; the only relation any accountant handles them under, and
+    seed 000's), add/remove-one for Poisson samples and full batches."""
+    return NeighboringRelation.REPLACE_ONE if kind == "with_replacement" else NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, relation=None):
     """``counts -> RoundPrivacy``: per silo with records, ``steps_per_round`` composed steps of
-    ``sampler.event(n_i, z_i)`` (a sampled Gaussian on the silo's clipped sum)."""
+    ``sampler.event(n_i, z_i)`` (a sampled Gaussian on the silo's clipped sum, noise std ``z_i C``), for
+    ``relation`` (default: :func:`sampling_relation` of the sampler)."""
+    relation = sampling_relation(sampler.kind) if relation is None else relation
+
     def privacy(counts):
         events = []
         for n, z in silo_noise_multipliers(noise_multiplier, counts):
             step = sampler.event(n, z)
             events.append(step if steps_per_round == 1 else dp_accounting.SelfComposedDpEvent(step, steps_per_round))
-        return RoundPrivacy(events=tuple(events), level="record", adjacency=adjacency)
+        return RoundPrivacy(events=tuple(events), level="record", relation=relation)
+
+    return privacy
+
+
+def per_round_silo_privacy(round_samplers, noise_multiplier):
+    """``counts -> RoundPrivacy`` for rounds that differ by their sampler (a schedule): per silo with
+    records, a ``RoundScheduleDpEvent`` whose round ``r`` releases ``round_samplers[r].event(n_i, z_i)``
+    (samplers of one kind: one neighbouring relation)."""
+    kinds = {s.kind for s in round_samplers}
+    if len(kinds) != 1:
+        raise ValueError(f"per-round samplers must be of one kind (one neighbouring relation), got {sorted(kinds)}")
+
+    def privacy(counts):
+        return RoundPrivacy(events=tuple(RoundScheduleDpEvent(tuple(s.event(n, z) for s in round_samplers))
+                                         for n, z in silo_noise_multipliers(noise_multiplier, counts)),
+                            level="record", relation=sampling_relation(next(iter(kinds))))
 
     return privacy
 
@@ -87,7 +118,7 @@ def apply_server_update(server_opt, state: ServerState, pseudo_gradient, project
 
 def safe_mean(tree, total):
     """``tree / total``, or zeros when no silo took part."""
-    inverse = jnp.where(total > 0, 1.0 / jnp.maximum(total, 1.0), 0.0)  # reciprocal: see engine/local.py
+    inverse = jnp.where(total > 0, 1.0 / jnp.maximum(total, 1.0), 0.0)  # reciprocal: see privacy/noise.py
     return jax.tree_util.tree_map(lambda a: a * inverse, tree)
 
 
@@ -99,3 +130,45 @@ def mean_server(server_opt: optax.GradientTransformation, projection=None):
         return apply_server_update(server_opt, state, mean, projection), {"update_norm": optax.tree.norm(mean)}
 
     return server
+
+
+class ModelTemplate(NamedTuple):
+    """What a factory knows about the model before any ``init``: the flattened size, the map back to the
+    pytree, and the tree structure and leaf shapes that ``init``'s params must have.
+
+    Convention: a factory whose privacy statement or round depends on the model (P_vec's dimension,
+    DP-REC's block layout, unflattening a decoded vector) takes ``params=``, the initial parameters or any
+    pytree of the same structure, shapes and dtypes (``jax.ShapeDtypeStruct`` leaves allowed, e.g.
+    ``jax.eval_shape(init_fn, ...)``), and builds a template once with :func:`model_template`. Its
+    ``init`` then checks the params it gets with :func:`check_params`; nothing is learned from ``init``.
+    """
+
+    size: int
+    unravel: Callable
+    treedef: Any
+    shapes: tuple
+
+
+def concrete_params(params):
+    """``params`` with every ``jax.ShapeDtypeStruct`` leaf replaced by zeros of its shape and dtype."""
+    return jax.tree_util.tree_map(
+        lambda a: jnp.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else jnp.asarray(a), params)
+
+
+def model_template(params) -> ModelTemplate:
+    """The :class:`ModelTemplate` of ``params`` (arrays or ``jax.ShapeDtypeStruct`` leaves)."""
+    concrete = concrete_params(params)
+    flat, unravel = ravel_pytree(concrete)
+    leaves, treedef = jax.tree_util.tree_flatten(concrete)
+    if not leaves:
+        raise ValueError("params must hold at least one array (the model, or a template of it)")
+    return ModelTemplate(int(flat.size), unravel, treedef, tuple(tuple(np.shape(a)) for a in leaves))
+
+
+def check_params(template: ModelTemplate, params, who: str) -> None:
+    """Raises ``ValueError`` when ``params`` differ in structure or shapes from the factory's ``params=``."""
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shapes = tuple(tuple(np.shape(a)) for a in leaves)
+    if treedef != template.treedef or shapes != template.shapes:
+        raise ValueError(f"{who}: init got params of structure {treedef} and shapes {shapes}, but the algorithm "
+                         f"was built for params=... of structure {template.treedef} and shapes {template.shapes}")

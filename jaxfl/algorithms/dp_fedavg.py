@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.accounting.events import clipped_sum_gaussian
 from jaxfl.algorithms.common import apply_server_update, check_private_args, init_server
 from jaxfl.engine import local
 from jaxfl.engine.participation import poisson
@@ -59,16 +60,17 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
 
     def client(params, x, y, count, silo_key):
-        def gradient(p, step):
+        def gradient(p, step, drawn):
             return local.noisy_gradient(loss_fn, p, x, y, count, silo_key, step, sampler=sampler,
-                                        clip_norm=math.inf, noise_multiplier=0.0)
+                                        clip_norm=math.inf, noise_multiplier=0.0, drawn=drawn)
 
         if local_epochs is not None:
             final, _ = local.local_epochs(loss_fn, params, x, y, count, silo_key, client_opt=client_opt,
                                           batch_size=batch_size, epochs=local_epochs)
         else:
             final, _ = local.local_steps(params, num_steps=int(local_steps), client_opt=client_opt,
-                                         gradient_fn=gradient)
+                                         gradient_fn=gradient,
+                                         draw_fn=local.step_draws(sampler, silo_key, count, x.shape[0], params, 0.0))
         delta = jax.tree_util.tree_map(lambda a, b: a - b, params, final)
         clipped, norm = clip_update(delta, clip_norm)
         return clipped, {"delta_norm": norm, "clipped_fraction": (norm > clip_norm).astype(jnp.float32)}
@@ -78,14 +80,15 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
                                                purpose=keys_lib.Purpose.NOISE)
         noisy = add_gaussian_noise(noise_key, summed, noise_multiplier * clip_norm)
         expected = client_rate * jnp.sum(ctx.counts > 0).astype(jnp.float32)
-        inverse = 1.0 / expected  # reciprocal: see engine/local.py
+        inverse = 1.0 / expected  # reciprocal: see privacy/noise.py
         mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
         return apply_server_update(server_opt, state, mean), {"update_norm": optax.tree.norm(mean)}
 
     def privacy(counts):
+        relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE  # one client more or less
         event = dp_accounting.PoissonSampledDpEvent(float(client_rate),
-                                                    dp_accounting.GaussianDpEvent(float(noise_multiplier)))
-        return RoundPrivacy(events=(event,), level="client")
+                                                    clipped_sum_gaussian(float(noise_multiplier), relation))
+        return RoundPrivacy(events=(event,), level="client", relation=relation)
 
     return FederatedAlgorithm(init=init_server(server_opt),
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass),

@@ -29,7 +29,8 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxfl.accounting.dprec import DprecDpEvent
+from jaxfl.accounting.events import DprecDpEvent
+from jaxfl.algorithms.common import check_params, concrete_params, model_template
 from jaxfl.compression import rec
 from jaxfl.engine import local
 from jaxfl.engine.participation import with_replacement
@@ -83,7 +84,7 @@ def server_step(server_opt: optax.GradientTransformation, unravel: Callable, sta
     return DpRecState(optax.apply_updates(state.params, updates), opt_state, state.round + 1, seeds, indices)
 
 
-def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_round: int, batch_size: int,
+def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients_per_round: int, batch_size: int,
            prior_std: float, clip_multiplier: float, local_epochs: int = 1,
            layout: rec.BlockLayout | Callable[[object], rec.BlockLayout] | None = None,
            server_opt: optax.GradientTransformation | None = None, clients_per_pass: int | None = None,
@@ -92,13 +93,17 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
 
     Args:
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
+      params: the model's initial parameters, or a template with the same structure, shapes and dtypes
+        (``jax.ShapeDtypeStruct`` leaves allowed; :func:`jaxfl.algorithms.common.model_template`). The block
+        layout, and with it the privacy statement (its total index bits), is fixed from it when the
+        algorithm is built, so ``privacy`` works before ``init``; ``init`` checks its params against it.
       client_opt: local optimizer (the paper: plain SGD).
       clients_per_round: ``B`` slots drawn with replacement per round.
       batch_size, local_epochs: local training (the paper: 1 epoch).
       prior_std: ``sigma`` of the prior ``N(0, sigma^2 I)`` and of the message distribution.
       clip_multiplier: ``c``; updates are clipped to ``C = c sigma``; privacy depends on ``c`` only.
-      layout: a :class:`~jaxfl.compression.rec.BlockLayout` or ``params -> layout``; default 7 bits per
-        tensor (:func:`jaxfl.compression.rec.per_tensor`).
+      layout: a :class:`~jaxfl.compression.rec.BlockLayout` or ``params -> layout`` (called once, on
+        ``params``); default 7 bits per tensor (:func:`jaxfl.compression.rec.per_tensor`).
       server_opt: optax transformation applied to ``-mean decoded update`` (default ``optax.sgd(1.0)``).
       clients_per_pass: run the ``B`` slots this many at a time instead of all under one ``vmap``
         (:func:`jaxfl.engine.rounds.make_slot_round`; ``1`` is fastest on CPU for convolutional models).
@@ -112,22 +117,16 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
     if not (c > 0 and math.isfinite(c)):
         raise ValueError(f"clip_multiplier must be a finite number > 0, got {clip_multiplier}")
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
-    make_layout = layout if callable(layout) else (lambda params: layout) if layout is not None else rec.per_tensor
-    found: dict = {}
-
-    def layout_of(params) -> rec.BlockLayout:
-        if "layout" not in found:
-            chosen = make_layout(params)
-            size = ravel_pytree(params)[0].size
-            if chosen.size != size:
-                raise ValueError(f"the block layout covers {chosen.size} entries but the model has {size}")
-            found["layout"], found["unravel"] = chosen, ravel_pytree(params)[1]
-        return found["layout"]
+    template = model_template(params)
+    make_layout = layout if callable(layout) else (lambda p: layout) if layout is not None else rec.per_tensor
+    blocks = make_layout(concrete_params(params))
+    if blocks.size != template.size:
+        raise ValueError(f"the block layout covers {blocks.size} entries but the model has {template.size}")
 
     def init(params):
-        blocks = layout_of(params).num_blocks
+        check_params(template, params, name)
         return DpRecState(params, server_opt.init(params), jnp.zeros([], jnp.int32), jnp.zeros(b, jnp.uint32),
-                          jnp.zeros((b, blocks), jnp.int32))
+                          jnp.zeros((b, blocks.num_blocks), jnp.int32))
 
     def client(params, x, y, count, slot_key):
         trained, train_loss = local.local_epochs(loss_fn, params, x, y, count, slot_key, client_opt=client_opt,
@@ -135,7 +134,7 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
         update = jax.tree_util.tree_map(jnp.subtract, trained, params)
         clipped, norm = clip_update(update, c * sigma)
         seed = client_seed(slot_key)
-        indices = rec.encode(ravel_pytree(clipped)[0], seed, gumbel_key(slot_key), layout_of(params), sigma)
+        indices = rec.encode(ravel_pytree(clipped)[0], seed, gumbel_key(slot_key), blocks, sigma)
         return (seed, indices), {"update_norm": norm, "clipped_fraction": (norm > c * sigma).astype(jnp.float32),
                                  "train_loss": train_loss}
 
@@ -145,17 +144,15 @@ def dp_rec(loss_fn, *, client_opt: optax.GradientTransformation, clients_per_rou
 
     def server(state, messages, ctx):
         seeds, indices = messages
-        new = server_step(server_opt, found["unravel"], state, seeds, indices, found["layout"], sigma)
+        new = server_step(server_opt, template.unravel, state, seeds, indices, blocks, sigma)
         return new, {"server_step_norm": optax.tree.norm(
             jax.tree_util.tree_map(jnp.subtract, new.params, state.params))}
 
     def privacy(counts):
-        if "layout" not in found:
-            raise ValueError("DP-REC's privacy depends on the block layout: call algorithm.init(params) first")
         clients = int(np.sum(np.asarray(counts) > 0))
-        step = DprecDpEvent(c, found["layout"].total_bits)
+        step = DprecDpEvent(c, blocks.total_bits)
         return RoundPrivacy(events=(dp_accounting.SampledWithReplacementDpEvent(clients, b, step),),
-                            level="client")
+                            level="client", relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
     return FederatedAlgorithm(init=init, round=make_slot_round(client, server, with_replacement(b),
                                                                aggregator=keep_messages,

@@ -30,13 +30,15 @@ from jax.flatten_util import ravel_pytree
 
 from jaxfl.accounting.calibrate import calibrate as calibrate_events
 from jaxfl.accounting import lowy_convex
-from jaxfl.algorithms.common import (apply_server_update, check_private_args, init_server, per_silo_noise,
-                                     safe_mean, sampled_silo_privacy, silo_noise_multipliers)
+from jaxfl.accounting.events import clipped_sum_gaussian
+from jaxfl.algorithms.common import (apply_server_update, check_params, check_private_args, init_server,
+                                     model_template, per_silo_noise, safe_mean, sampled_silo_privacy,
+                                     silo_noise_multipliers)
 from jaxfl.algorithms.sgd import local_sgd
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, ServerState
-from jaxfl.accounting.shuffle_model import PvecDpEvent, ShuffledGaussianDpEvent
+from jaxfl.accounting.events import PvecDpEvent, ShuffledGaussianDpEvent
 from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle
@@ -131,7 +133,8 @@ def calibrate_minibatch_sgd(*, clip_norm: float, counts, rounds: int, epsilon, d
         z = []
         for n, e, d in zip(counts, eps, dlt):
             def run_event(noise, n=int(n)):
-                step = dp_accounting.SampledWithReplacementDpEvent(n, k, dp_accounting.GaussianDpEvent(noise))
+                gauss = clipped_sum_gaussian(noise, dp_accounting.NeighboringRelation.REPLACE_ONE)
+                step = dp_accounting.SampledWithReplacementDpEvent(n, k, gauss)
                 return dp_accounting.SelfComposedDpEvent(step, rounds)
             z.append(calibrate_events(run_event, float(e), float(d), accountant=accountant))
         sigma = np.asarray(z) * clip_norm / k
@@ -306,7 +309,7 @@ def _averaged(init, server_fn, weight_of_round):
 def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
     """Seed 000's statement: K draws with replacement, Gaussian, replace-one neighbours ("lowy")."""
     return sampled_silo_privacy(local.make_sampler(batch_size=batch_size), noise_multiplier, steps_per_round,
-                                adjacency="replace_one")
+                                relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
 
 
 def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, noise_multiplier=0.0,
@@ -546,8 +549,9 @@ def one_pass_privacy(batch_size, events_for, central_for=None):
         counts = np.asarray(counts)
         real = counts[counts > 0]
         central = None if central_for is None else central_for(real)
-        return RoundPrivacy(events=tuple(events_for(counts)), level="record", adjacency="replace_one",
-                            composition="parallel", round_limit=int(real.min()) // batch_size, central=central)
+        return RoundPrivacy(events=tuple(events_for(counts)), level="record",
+                            relation=dp_accounting.NeighboringRelation.REPLACE_ONE, composition="parallel",
+                            round_limit=int(real.min()) // batch_size, central=central)
 
     return privacy
 
@@ -579,9 +583,8 @@ def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: in
     def message(w_md, batch, noise_key, z):
         return local.noisy_batch_gradient(loss_fn, w_md, batch, noise_key, clip_norm=clip_norm, noise_multiplier=z)
 
-    # Replace-one neighbours move the clipped sum by 2C; a Gaussian of std zC is then the unit-
-    # sensitivity Gaussian with multiplier z/2 (stated this way so every accountant agrees).
-    gaussians = lambda counts: [dp_accounting.GaussianDpEvent(z / 2.0)
+    # A Gaussian of std zC on the silo's clipped sum, for replace-one neighbours (sensitivity 2C).
+    gaussians = lambda counts: [clipped_sum_gaussian(z, dp_accounting.NeighboringRelation.REPLACE_ONE)
                                 for _, z in silo_noise_multipliers(noise_multiplier, counts)]
     if not private:
         privacy = None
@@ -638,7 +641,7 @@ def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multip
     return alg._replace(privacy=privacy)
 
 
-def sdp_accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: int, clip_norm: float,
+def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, batch_size: int, clip_norm: float,
                                   shuffle_params: shuffle.ShuffleParams, mu: float = 0.0, regularization: float = 0.0,
                                   silos_per_round=None, projection: Callable | None = None,
                                   name: str | None = None) -> FederatedAlgorithm:
@@ -655,53 +658,46 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size
     (parallel composition, ``R <= floor(n_min / K)``). Each silo's own transcript (its per-coordinate
     counts) gets :func:`jaxfl.privacy.shuffle.local_epsilon`'s guarantee (usually weak: P_vec calibrates
     its noise for the pooled sum). Choose parameters with :func:`jaxfl.privacy.shuffle.pvec_parameters`.
+
+    ``params``: the initial model parameters, or a template with the same structure and shapes
+    (:func:`jaxfl.algorithms.common.model_template`): P_vec's events need the model dimension, and the
+    server unflattens the decoded sum, before any ``init``.
     """
     k = int(batch_size)
     if not clip_norm > 0 or math.isinf(clip_norm):
         raise ValueError(f"clip_norm must be finite and > 0 (it is P_vec's L), got {clip_norm}")
-    params = shuffle.ShuffleParams(*shuffle_params)
+    template = model_template(params)
+    pvec = shuffle.ShuffleParams(*shuffle_params)
 
     def message(w_md, batch, noise_key, z):
         del z
         grads = per_example_grads(loss_fn, w_md, batch.x, batch.y)
         flat = jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
-        return shuffle.randomize(noise_key, flat, batch.weights, clip_norm, params, clip=True), {}
+        return shuffle.randomize(noise_key, flat, batch.weights, clip_norm, pvec, clip=True), {}
 
     def decode(total, ctx):
         users = (ctx.total_weight * k).astype(jnp.int32)
-        estimate = shuffle.analyze(total, users, clip_norm, params)
+        estimate = shuffle.analyze(total, users, clip_norm, pvec)
         inverse = jnp.where(users > 0, 1.0 / jnp.maximum(users, 1).astype(jnp.float32), 0.0)
-        return unravel(estimate * inverse)
-
-    unravel = None
+        return template.unravel(estimate * inverse)
 
     def events_for(counts):
-        dim = _dimension()
-        return [PvecDpEvent(*params, num_users=k, dim=dim) for n in counts if n > 0]
+        return [PvecDpEvent(*pvec, num_users=k, dim=template.size) for n in counts if n > 0]
 
     def central_for(real):
         if not isinstance(silos_per_round, int):
             raise ValueError("the central P_vec guarantee needs a fixed number of silos per round "
                              f"(silos_per_round=int), got {silos_per_round!r}")
-        return PvecDpEvent(*params, num_users=int(silos_per_round) * k, dim=_dimension())
-
-    dimension = {}
-
-    def _dimension():
-        if "d" not in dimension:
-            raise ValueError("the model dimension is known after the first init(params); call init first")
-        return dimension["d"]
+        return PvecDpEvent(*pvec, num_users=int(silos_per_round) * k, dim=template.size)
 
     alg = _acsa(schedule=schedule, batch_size=k, mu=mu, regularization=regularization, sampling="one_pass",
                 silos_per_round=silos_per_round, projection=projection, message_fn=message, aggregator=participant_count_sum,
-                decode=lambda total, ctx: decode(total, ctx),
-                privacy=one_pass_privacy(k, events_for, central_for),
+                decode=decode, privacy=one_pass_privacy(k, events_for, central_for),
                 name=name or "sdp_accelerated_mbsgd", noise_multiplier=0.0)
+    acsa_init = alg.init
 
     def init(p):
-        nonlocal unravel
-        flat, unravel = ravel_pytree(p)
-        dimension["d"] = int(flat.size)
-        return alg.init(p)
+        check_params(template, p, alg.name)
+        return acsa_init(p)
 
     return alg._replace(init=init)

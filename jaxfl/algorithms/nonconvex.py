@@ -27,11 +27,15 @@ by ``min(2C, beta ||w_r - w_ref||)`` for ``beta``-smooth ``f0``: the difference 
 and ``z2 * 2C`` when no smoothness is given (the experiments' ``sigma_2 = inf``). Either way every
 difference step is a Gaussian of noise multiplier ``z2`` relative to its sensitivity.
 
-Privacy statements (per silo, ``level="record"``): noise multipliers are the noise std over the
-add/remove-one sensitivity of the privatized sum (``C`` for gradients, ``2C`` for differences). Minibatches
-drawn with replacement are accounted by ``"lowy"`` (replace-one neighbours, the paper's relation; it
-doubles the sensitivities), full batches and Poisson samples by ``"rdp"``/``"pld"`` (add/remove).
-Rounds of different kinds compose through :class:`jaxfl.accounting.ledger.RoundCycleDpEvent`.
+Privacy statements (per silo, ``level="record"``): noise multipliers are the noise std over the bound on
+each record's contribution to the privatized sum (``C`` for gradients, ``2C`` for differences), i.e. over
+the add/remove-one sensitivity; the statement names its neighbouring relation (``RoundPrivacy.relation``)
+and the accountants apply it (:func:`jaxfl.accounting.events.clipped_sum_gaussian`). Minibatches drawn with
+replacement and one-pass batches are stated for replace-one neighbours (the paper's relation; accountant
+``"lowy"`` for draws, ``"rdp"``/``"pld"`` for one pass), full batches and Poisson samples for add/remove
+(``"rdp"``/``"pld"``). Rounds of different kinds compose through
+:class:`jaxfl.accounting.events.RoundCycleDpEvent`. The shuffle-model versions take the model's
+``params=`` (or a template) up front: their P_vec events need its dimension before any ``init``.
 """
 from __future__ import annotations
 
@@ -45,10 +49,10 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxfl.accounting.ledger import RoundCycleDpEvent
-from jaxfl.accounting.shuffle_model import PvecDpEvent
+from jaxfl.accounting.events import PvecDpEvent, RoundCycleDpEvent, clipped_sum_gaussian
 from jaxfl.algorithms import prox as prox_lib
-from jaxfl.algorithms.common import check_private_args, is_concrete_zero as is_zero, safe_mean
+from jaxfl.algorithms.common import (check_params, check_private_args, is_concrete_zero as is_zero, model_template,
+                                     safe_mean, sampling_relation)
 from jaxfl.algorithms.isrl import one_pass_batch, one_pass_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
@@ -57,7 +61,7 @@ from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle
 from jaxfl.privacy.clipping import clip_by_global_norm, clipped_grad_sum, per_example_grads
-from jaxfl.privacy.noise import gaussian_like
+from jaxfl.privacy.noise import gaussian_like, noisy_clipped_mean
 
 SPIDER, SVRG = "spider", "svrg"
 SAMPLINGS = ("with_replacement", "one_pass", "full")
@@ -102,7 +106,7 @@ class _Mechanism(NamedTuple):
     aggregator: Callable     # (messages, weights, round_key) -> aggregate
     decode_fresh: Callable   # (aggregate, ctx) -> mean gradient pytree
     decode_difference: Callable  # (aggregate, ctx, bound) -> mean difference pytree
-    init: Callable = lambda params: None  # learns the model's shape (P_vec flattens it)
+    init: Callable = lambda params: None  # checks init's params against what the mechanism was built for
 
 
 def _gaussian(loss_fn, clip_norm, z_fresh, z_diff) -> _Mechanism:
@@ -115,24 +119,23 @@ def _gaussian(loss_fn, clip_norm, z_fresh, z_diff) -> _Mechanism:
     def difference(params, reference, batch, key, bound):
         at_w = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm).value
         at_ref = clipped_grad_sum(loss_fn, reference, batch.x, batch.y, batch.weights, clip_norm).value
-        inverse = 1.0 / batch.denominator
-        if z_diff is None or is_zero(z_diff):
-            return jax.tree_util.tree_map(lambda a, b: (a - b) * inverse, at_w, at_ref)
-        std = jnp.where(z_diff > 0, z_diff * bound, 0.0)  # never 0 * inf
-        return jax.tree_util.tree_map(lambda a, b, u: (a - b + std * u) * inverse, at_w, at_ref,
-                                      gaussian_like(key, params, 1.0))
+        noiseless = z_diff is None or is_zero(z_diff)
+        return noisy_clipped_mean(jax.tree_util.tree_map(jnp.subtract, at_w, at_ref),
+                                  None if noiseless else gaussian_like(key, params, 1.0), clip_norm=bound,
+                                  noise_multiplier=0 if noiseless else z_diff, denominator=batch.denominator)
 
     return _Mechanism(fresh, difference, weighted_sum,
                       decode_fresh=lambda summed, ctx: safe_mean(summed, ctx.total_weight),
                       decode_difference=lambda summed, ctx, bound: safe_mean(summed, ctx.total_weight))
 
 
-def _pvec(loss_fn, clip_norm, fresh_params: shuffle.ShuffleParams, diff_params: shuffle.ShuffleParams) -> _Mechanism:
+def _pvec(loss_fn, clip_norm, fresh_params: shuffle.ShuffleParams, diff_params: shuffle.ShuffleParams,
+          template) -> _Mechanism:
     """Shuffle model: every record's clipped vector goes through P_vec's local randomizer (bound ``C``
     for gradients, ``bound`` for differences); a silo's message is its per-coordinate count of one-bits
     and its number of reports, the exact shuffled transcript (:func:`jaxfl.privacy.shuffle.randomize`);
-    the server runs the analyzer on the pooled counts and divides by the number of reports."""
-    unravel = {}
+    the server runs the analyzer on the pooled counts and divides by the number of reports, unflattened
+    by ``template`` (:func:`jaxfl.algorithms.common.model_template` of the factory's ``params``)."""
 
     def flat_grads(params, batch):
         clipped, _ = clip_by_global_norm(per_example_grads(loss_fn, params, batch.x, batch.y), clip_norm)
@@ -146,11 +149,11 @@ def _pvec(loss_fn, clip_norm, fresh_params: shuffle.ShuffleParams, diff_params: 
         def decode(total, ctx, bound=clip_norm):
             ones, users = total
             inverse = jnp.where(users > 0, 1.0 / jnp.maximum(users, 1).astype(jnp.float32), 0.0)
-            return unravel["fn"](shuffle.analyze(ones, users, bound, params) * inverse)
+            return template.unravel(shuffle.analyze(ones, users, bound, params) * inverse)
         return decode
 
     def init(params):
-        unravel["fn"] = ravel_pytree(params)[1]
+        check_params(template, params, "the shuffle-model (P_vec) algorithm")
 
     return _Mechanism(
         fresh=lambda params, batch, key: report(key, flat_grads(params, batch), batch, clip_norm, fresh_params),
@@ -320,7 +323,13 @@ def _cycle(first, later, period: int):
 
 def _gaussian_privacy(kind, period, fresh_sampler, diff_sampler, z_fresh, z_diff):
     """``counts -> RoundPrivacy`` for the Gaussian mechanisms: per silo with records, the fresh part's
-    sampled Gaussian ``z_fresh`` and the difference's ``z_diff`` (each relative to its sensitivity)."""
+    sampled Gaussian ``z_fresh`` and the difference's ``z_diff`` (each relative to its per-record bound).
+    Replace-one neighbours when either part draws with replacement (only the ``"lowy"`` accountant
+    accounts such draws, for that relation), else add/remove-one."""
+    samplers = (fresh_sampler,) if z_diff is None else (fresh_sampler, diff_sampler)
+    relation = (dp_accounting.NeighboringRelation.REPLACE_ONE
+                if any(sampling_relation(s.kind) is dp_accounting.NeighboringRelation.REPLACE_ONE for s in samplers)
+                else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
     def privacy(counts):
         q = int(period)
@@ -334,20 +343,21 @@ def _gaussian_privacy(kind, period, fresh_sampler, diff_sampler, z_fresh, z_diff
                 events.append(_cycle(fresh, diff, q))
             else:
                 events.append(_cycle(dp_accounting.ComposedDpEvent([fresh, diff]), diff, q))
-        return RoundPrivacy(events=tuple(events), level="record", adjacency="add_remove")
+        return RoundPrivacy(events=tuple(events), level="record", relation=relation)
 
     return privacy
 
 
-def _pvec_privacy(kind, period, fresh_params, diff_params, fresh_reports, diff_reports, silos_per_round, dim_of):
+def _pvec_privacy(kind, period, fresh_params, diff_params, fresh_reports, diff_reports, silos_per_round, dim: int):
     """``counts -> RoundPrivacy`` for the shuffle-model versions: each silo's own reports (per silo, its
     counts are P_vec over its own ``K`` reports) and, as ``central``, the shuffled round over the ``M``
-    silos' pooled reports (accountant ``"shuffle"``; no amplification by subsampling is claimed)."""
+    silos' pooled reports (accountant ``"shuffle"``, replace-one neighbours; no amplification by
+    subsampling is claimed). ``dim``: the model dimension."""
 
     def events(reports_of, m):
         def pair(n):
-            fresh = PvecDpEvent(*fresh_params, num_users=m * reports_of(fresh_reports, n), dim=dim_of())
-            diff = PvecDpEvent(*diff_params, num_users=m * reports_of(diff_reports, n), dim=dim_of())
+            fresh = PvecDpEvent(*fresh_params, num_users=m * reports_of(fresh_reports, n), dim=dim)
+            diff = PvecDpEvent(*diff_params, num_users=m * reports_of(diff_reports, n), dim=dim)
             first = fresh if kind == SPIDER else dp_accounting.ComposedDpEvent([fresh, diff])
             return _cycle(first, diff, int(period))
         return pair
@@ -363,25 +373,10 @@ def _pvec_privacy(kind, period, fresh_params, diff_params, fresh_reports, diff_r
                              f"1 <= silos_per_round <= {len(real)}; got {silos_per_round!r}")
         per_silo = [events(reports, 1)(n) for n in real]
         central = events(lambda k, n: reports(k, int(real.min())), int(silos_per_round))(int(real.min()))
-        return RoundPrivacy(events=tuple(per_silo), level="record", adjacency="add_remove", central=central)
+        return RoundPrivacy(events=tuple(per_silo), level="record",
+                            relation=dp_accounting.NeighboringRelation.REPLACE_ONE, central=central)
 
     return privacy
-
-
-def _dimension_tracker(mechanism: _Mechanism):
-    """Wraps ``mechanism.init`` to remember the model dimension (P_vec events need it)."""
-    found = {}
-
-    def init(params):
-        found["d"] = int(ravel_pytree(params)[0].size)
-        mechanism.init(params)
-
-    def dim():
-        if "d" not in found:
-            raise ValueError("the model dimension is known after the first init(params); call init first")
-        return found["d"]
-
-    return mechanism._replace(init=init), dim
 
 
 # ------------------------------------------------------------------------------------------------
@@ -479,7 +474,8 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
         privacy = None
     elif sampling == "one_pass":
         privacy = one_pass_privacy(int(batch_size), lambda counts: [
-            dp_accounting.GaussianDpEvent(float(noise_multiplier) / 2.0) for n in counts if n > 0])
+            clipped_sum_gaussian(float(noise_multiplier), dp_accounting.NeighboringRelation.REPLACE_ONE)
+            for n in counts if n > 0])
     else:
         privacy = _gaussian_privacy(SPIDER, 1, sampler, sampler, noise_multiplier, None)
     return _variance_reduced(
@@ -555,18 +551,20 @@ def _check_pvec(clip_norm, silos_per_round):
         raise ValueError(f"the shuffle model needs a fixed number of silos per round, got {silos_per_round!r}")
 
 
-def sdp_prox_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, shuffle_params: shuffle.ShuffleParams,
-                 silos_per_round: int, prox=None, sampling: str = "one_pass", output: str = "last",
-                 name: str | None = None) -> FederatedAlgorithm:
+def sdp_prox_sgd(loss_fn, *, params, step_size, batch_size: int, clip_norm: float,
+                 shuffle_params: shuffle.ShuffleParams, silos_per_round: int, prox=None, sampling: str = "one_pass",
+                 output: str = "last", name: str | None = None) -> FederatedAlgorithm:
     """SDP noisy distributed proximal SGD (Alg. 7): the ``M K`` clipped per-record gradients of a round are
     summed by P_vec (parameters ``shuffle_params``, e.g. :func:`jaxfl.privacy.shuffle.pvec_parameters` at
     :func:`jaxfl.accounting.lowy_nonconvex.sdp_prox_sgd_pvec`'s ``(N eps / (2M), delta)``) and the server
-    steps with their mean. One pass over disjoint batches by default (parallel composition)."""
+    steps with their mean. One pass over disjoint batches by default (parallel composition). ``params``: the
+    model's initial parameters or a template of them (the P_vec events need its dimension)."""
     _check_pvec(clip_norm, silos_per_round)
-    params = shuffle.ShuffleParams(*shuffle_params)
-    mechanism, dim = _dimension_tracker(_pvec(loss_fn, clip_norm, params, params))
+    template = model_template(params)
+    pvec = shuffle.ShuffleParams(*shuffle_params)
+    mechanism = _pvec(loss_fn, clip_norm, pvec, pvec, template)
     sampler = _sampler(batch_size)
-    privacy = _pvec_privacy(SPIDER, 1, params, params, int(batch_size), int(batch_size), silos_per_round, dim)
+    privacy = _pvec_privacy(SPIDER, 1, pvec, pvec, int(batch_size), int(batch_size), silos_per_round, template.size)
     if sampling == "one_pass":
         stated = privacy
 
@@ -581,17 +579,19 @@ def sdp_prox_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, shuff
         name=name or "sdp_prox_sgd")
 
 
-def sdp_fedprox_spider(loss_fn, *, step_size, phase_length: int, clip_norm: float,
+def sdp_fedprox_spider(loss_fn, *, params, step_size, phase_length: int, clip_norm: float,
                        checkpoint_params: shuffle.ShuffleParams, difference_params: shuffle.ShuffleParams,
                        silos_per_round: int, batch_size: int | None = None, difference_batch_size: int | None = None,
                        smoothness: float | None = None, prox=None, output: str = "last",
                        name: str | None = None) -> FederatedAlgorithm:
     """SDP FedProx-SPIDER (Alg. 10): :func:`fedprox_spider` whose checkpoints and differences are summed by
     P_vec (bound ``C`` for gradients, ``min(2C, beta ||dw||)`` for differences), with the parameters of
-    :func:`jaxfl.accounting.lowy_nonconvex.sdp_spider_pvec`."""
+    :func:`jaxfl.accounting.lowy_nonconvex.sdp_spider_pvec`. ``params``: the model's initial parameters or a
+    template of them."""
     _check_pvec(clip_norm, silos_per_round)
+    template = model_template(params)
     fresh_params, diff_params = shuffle.ShuffleParams(*checkpoint_params), shuffle.ShuffleParams(*difference_params)
-    mechanism, dim = _dimension_tracker(_pvec(loss_fn, clip_norm, fresh_params, diff_params))
+    mechanism = _pvec(loss_fn, clip_norm, fresh_params, diff_params, template)
     fresh_sampler = _sampler(batch_size)
     diff_k = batch_size if difference_batch_size is None else difference_batch_size
     diff_sampler = _sampler(diff_k)
@@ -600,25 +600,27 @@ def sdp_fedprox_spider(loss_fn, *, step_size, phase_length: int, clip_norm: floa
         sampling=fresh_sampler.kind, fresh_sampler=fresh_sampler, diff_sampler=diff_sampler, clip_norm=clip_norm,
         smoothness=smoothness, silos_per_round=int(silos_per_round), output=output, restart_length=None,
         privacy=_pvec_privacy(SPIDER, phase_length, fresh_params, diff_params, batch_size, diff_k, silos_per_round,
-                              dim),
+                              template.size),
         name=name or "sdp_fedprox_spider")
 
 
-def sdp_fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip_norm: float,
+def sdp_fedprox_svrg(loss_fn, *, params, step_size, batch_size: int, epoch_length: int, clip_norm: float,
                      checkpoint_params: shuffle.ShuffleParams, difference_params: shuffle.ShuffleParams,
                      silos_per_round: int, smoothness: float | None = None, prox=None, output: str = "uniform",
                      restart_length: int | None = None, name: str | None = None) -> FederatedAlgorithm:
     """SDP FedProx-SVRG (Alg. 8; with ``restart_length``, Alg. 9's SDP FedProx-PL-SVRG): checkpoints sum all
     ``M n`` clipped per-record gradients by P_vec, inner steps the ``M K`` clipped differences (bound
-    ``2C``); parameters from :func:`jaxfl.accounting.lowy_nonconvex.sdp_svrg_pvec`."""
+    ``2C``); parameters from :func:`jaxfl.accounting.lowy_nonconvex.sdp_svrg_pvec`. ``params``: the model's
+    initial parameters or a template of them."""
     _check_pvec(clip_norm, silos_per_round)
+    template = model_template(params)
     fresh_params, diff_params = shuffle.ShuffleParams(*checkpoint_params), shuffle.ShuffleParams(*difference_params)
-    mechanism, dim = _dimension_tracker(_pvec(loss_fn, clip_norm, fresh_params, diff_params))
+    mechanism = _pvec(loss_fn, clip_norm, fresh_params, diff_params, template)
     full, sampler = local.make_sampler(), _sampler(batch_size)
     return _variance_reduced(
         kind=SVRG, period=epoch_length, mechanism=mechanism, step_size=step_size, prox=prox, sampling="full",
         fresh_sampler=full, diff_sampler=sampler, clip_norm=clip_norm, smoothness=smoothness,
         silos_per_round=int(silos_per_round), output=output, restart_length=restart_length,
         privacy=_pvec_privacy(SVRG, epoch_length, fresh_params, diff_params, None, int(batch_size), silos_per_round,
-                              dim),
+                              template.size),
         name=name or ("sdp_fedprox_pl_svrg" if restart_length else "sdp_fedprox_svrg"))

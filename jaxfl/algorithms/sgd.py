@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 
 import jax
+import numpy as np
 import optax
 
-from jaxfl.algorithms.common import check_private_args, init_server, mean_server, per_silo_noise, sampled_silo_privacy
+from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_round_silo_privacy,
+                                    per_silo_noise, sampled_silo_privacy)
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
-from jaxfl.engine.protocol import FederatedAlgorithm
+from jaxfl.engine.protocol import FederatedAlgorithm, PerRound
 from jaxfl.engine.rounds import make_round
 
 
@@ -31,6 +33,9 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
       server_opt: e.g. ``optax.sgd(step_size)``; its learning rate may be traced.
       batch_size / sampling_rate: the minibatch sampler (see :func:`jaxfl.engine.local.make_sampler`).
+        ``sampling_rate=PerRound(rates)`` (:class:`jaxfl.engine.PerRound`, host ``float[rounds]``) is a
+        Poisson rate per round (expected sample sizes that grow with the round, say), fed through the
+        driver's scan as the algorithm's ``schedule``; a run may not be longer than ``rates``.
       clip_norm: per-example global-norm clip ``C`` (``inf``: none). May be traced.
       noise_multiplier: ``z``; the noise std on each silo's clipped sum is ``z C``. May be traced.
         An array of one ``z_i`` per silo gives per-silo budgets (seed 000's Alg. 7).
@@ -41,24 +46,45 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
 
     Privacy (add/remove-one record in a silo, each silo's own transcript; silo sizes ``n_i`` are
     public, as the normalization by the expected batch size assumes): per round, one sampled
-    Gaussian with noise multiplier ``z``. Poisson sampling is accounted by dp_accounting;
-    with-replacement sampling needs the seed-000 accounting (dp_accounting has no such event).
+    Gaussian with noise multiplier ``z`` (with ``PerRound`` rates, round ``r``'s event has rate
+    ``rates[r]``). Poisson sampling is accounted by dp_accounting; with-replacement sampling needs the
+    seed-000 accounting (dp_accounting has no such event).
     """
     private = check_private_args(clip_norm, noise_multiplier)
-    sampler = local.make_sampler(batch_size, sampling_rate)
+    scheduled = isinstance(sampling_rate, PerRound)
+    rates = _per_round_rates(sampling_rate.values) if scheduled else None
+    sampler = local.make_sampler(batch_size, 1.0 if scheduled else sampling_rate)
 
     shared_z, silo_z = per_silo_noise(noise_multiplier)
 
-    def client(params, x, y, count, silo_key, z=shared_z):
-        return local.noisy_gradient(loss_fn, params, x, y, count, silo_key, 0, sampler=sampler,
+    def client(params, x, y, count, silo_key, z=shared_z, **schedule):
+        round_sampler = sampler._replace(rate=schedule["inputs"]["sampling_rate"]) if scheduled else sampler
+        return local.noisy_gradient(loss_fn, params, x, y, count, silo_key, 0, sampler=round_sampler,
                                     clip_norm=clip_norm, noise_multiplier=z)
 
+    if not private:
+        privacy = None
+    elif scheduled:
+        privacy = per_round_silo_privacy([sampler._replace(rate=float(q)) for q in rates], noise_multiplier)
+    else:
+        privacy = sampled_silo_privacy(sampler, noise_multiplier, 1)
     return FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z),
-        privacy=sampled_silo_privacy(sampler, noise_multiplier, 1) if private else None,
+        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z,
+                         scheduled=scheduled),
+        privacy=privacy,
         name=name or ("dp_minibatch_sgd" if private else "minibatch_sgd"),
+        schedule={"sampling_rate": rates} if scheduled else None,
     )
+
+
+def _per_round_rates(values) -> np.ndarray:
+    """``float32[rounds]`` Poisson rates, each in (0, 1] (the float32 values are the ones the rounds use and
+    the privacy statement accounts)."""
+    rates = np.asarray(values, dtype=np.float32)
+    if rates.ndim != 1 or rates.size == 0 or not np.all((rates > 0) & (rates <= 1)):
+        raise ValueError(f"PerRound sampling rates must be a non-empty 1-D sequence in (0, 1], got {values!r}")
+    return rates
 
 
 def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
@@ -83,12 +109,13 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     shared_z, silo_z = per_silo_noise(noise_multiplier)
 
     def client(params, x, y, count, silo_key, z=shared_z):
-        def gradient(p, step):
+        def gradient(p, step, drawn):
             return local.noisy_gradient(loss_fn, p, x, y, count, silo_key, step, sampler=sampler,
-                                        clip_norm=clip_norm, noise_multiplier=z)
+                                        clip_norm=clip_norm, noise_multiplier=z, drawn=drawn)
 
         final, info = local.local_steps(params, num_steps=int(local_steps), client_opt=client_opt,
-                                        gradient_fn=gradient)
+                                        gradient_fn=gradient,
+                                        draw_fn=local.step_draws(sampler, silo_key, count, x.shape[0], params, z))
         return jax.tree_util.tree_map(lambda a, b: a - b, params, final), info
 
     return FederatedAlgorithm(

@@ -1,10 +1,10 @@
 """The engine: algorithm protocol, round builder, participation, driver, sweeps, sharding."""
 from jaxfl.engine import participation, sharding
 from jaxfl.engine.driver import TrainResult, make_ledger, run_rounds, train
-from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, ServerState
+from jaxfl.engine.protocol import FederatedAlgorithm, PerRound, RoundPrivacy, ServerState, SiloState, initial_state
 from jaxfl.engine.rounds import RoundContext, make_round, weighted_sum
 from jaxfl.engine.sweep import SweepResult, grid_points, sweep
 
 __all__ = ["participation", "sharding", "TrainResult", "make_ledger", "run_rounds", "train", "FederatedAlgorithm",
-           "RoundPrivacy", "ServerState", "RoundContext", "make_round", "weighted_sum", "SweepResult",
+           "PerRound", "RoundPrivacy", "ServerState", "SiloState", "initial_state", "RoundContext", "make_round", "weighted_sum", "SweepResult",
            "grid_points", "sweep"]

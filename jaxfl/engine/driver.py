@@ -25,21 +25,57 @@ from jaxfl.data.federated import FederatedData
 from jaxfl.engine import sharding
 from jaxfl.engine.checkpoint import Checkpointer
 from jaxfl.engine.metrics import MetricsWriter
-from jaxfl.engine.protocol import FederatedAlgorithm
+from jaxfl.engine.protocol import FederatedAlgorithm, initial_state, schedule_length
 from jaxfl.privacy import keys as keys_lib
 
 
-def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_key, start, num_rounds: int):
+def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_key, start, num_rounds: int,
+               inputs=None):
     """Rounds ``start .. start + num_rounds - 1`` under ``lax.scan`` (pure; jit/vmap-able).
 
-    Round ``r`` gets the key ``fold_in(root_key, r)``. Returns ``(state, infos)`` with every info
-    leaf stacked over rounds.
+    Round ``r`` gets the key ``fold_in(root_key, r)`` and, for a scheduled algorithm, its inputs
+    ``algorithm.schedule[r]``: ``inputs`` (leaves ``[num_rounds, ...]``) if given, else sliced from the
+    schedule at ``start`` (which may be traced; the caller checks that the schedule is long enough, as
+    :func:`train` does). Returns ``(state, infos)`` with every info leaf stacked over rounds.
     """
+    if algorithm.schedule is not None and inputs is None:
+        inputs = jax.tree_util.tree_map(
+            lambda leaf: jax.lax.dynamic_slice_in_dim(jnp.asarray(leaf), start, num_rounds), algorithm.schedule)
 
-    def body(state, r):
-        return algorithm.round(state, data, keys_lib.round_key(root_key, r))
+    def body(state, xs):
+        r, round_inputs = xs
+        key = keys_lib.round_key(root_key, r)
+        if algorithm.schedule is None:
+            return algorithm.round(state, data, key)
+        return algorithm.round(state, data, key, round_inputs)
 
-    return jax.lax.scan(body, state, start + jnp.arange(num_rounds))
+    return jax.lax.scan(body, state, (start + jnp.arange(num_rounds), inputs))
+
+
+def schedule_slice(algorithm: FederatedAlgorithm, start: int, num_rounds: int):
+    """Host slice ``schedule[start : start + num_rounds]`` of a scheduled algorithm (None otherwise)."""
+    if algorithm.schedule is None:
+        return None
+    return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf)[start:start + num_rounds], algorithm.schedule)
+
+
+def check_schedule(algorithm: FederatedAlgorithm, rounds: int) -> None:
+    """Raises ValueError when ``rounds`` rounds would run past the algorithm's schedule."""
+    length = schedule_length(algorithm)
+    if length is not None and rounds > length:
+        raise ValueError(f"rounds={rounds} runs past the schedule of {algorithm.name!r}, which covers {length} rounds")
+
+
+def _silo_evaluator(algorithm: FederatedAlgorithm, silo_eval_fn, num_silos: int):
+    """``state -> {name: [num_silos]}``: ``silo_eval_fn`` on every silo's own model, jitted."""
+
+    def evaluate(state):
+        silos = jnp.arange(num_silos)
+        if algorithm.silo_params is None:  # one shared model, evaluated by every silo
+            return jax.vmap(silo_eval_fn, in_axes=(None, 0))(state.params, silos)
+        return jax.vmap(silo_eval_fn)(algorithm.silo_params(state), silos)
+
+    return jax.jit(evaluate)
 
 
 @dataclasses.dataclass
@@ -68,8 +104,11 @@ class TrainResult:
 def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", *, central: bool = False):
     """The privacy ledger of ``algorithm`` on silos of sizes ``counts``, or None if non-private.
 
-    ``central=True``: the ledger of the shuffled (central) guarantee of a shuffle-model algorithm
-    (``RoundPrivacy.central``; accountant ``"shuffle"``), None if the algorithm states none.
+    The ledger's accountants are built for the statement's neighbouring relation (``RoundPrivacy.relation``);
+    an accountant that does not support it is refused with a ``ValueError`` naming both (e.g. ``"lowy"``
+    for an add/remove-one statement). ``central=True``: the ledger of the shuffled (central) guarantee of a
+    shuffle-model algorithm (``RoundPrivacy.central``; accountant ``"shuffle"``), None if the algorithm
+    states none. Needs no ``init``: an algorithm's privacy statement exists as soon as it is built.
     """
     if algorithm.privacy is None:
         return None
@@ -77,7 +116,8 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
 
     counts = np.asarray(counts)
     privacy = algorithm.privacy(counts)
-    kwargs = {"composition": privacy.composition, "round_limit": privacy.round_limit}
+    kwargs = {"composition": privacy.composition, "round_limit": privacy.round_limit,
+              "neighboring_relation": privacy.relation}
     if central:
         return None if privacy.central is None else ledger_lib.CentralLedger(privacy.central, accountant=accountant,
                                                                              **kwargs)
@@ -103,7 +143,7 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
           eval_fn: Callable[[Any], dict] | None = None, eval_every: int | None = None,
           accountant: str = "rdp", target_epsilon: float | None = None, delta=None,
           metrics_path=None, checkpoint_dir=None, mesh=None, progress: bool = True,
-          run_info: dict | None = None) -> TrainResult:
+          run_info: dict | None = None, silo_eval_fn: Callable[[Any, Any], dict] | None = None) -> TrainResult:
     """Runs ``rounds`` rounds of ``algorithm`` on ``data`` from ``params``.
 
     Args:
@@ -112,7 +152,12 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
       params: initial model parameters.
       rounds: total number of rounds (a resumed run continues up to this number).
       key: root PRNG key or int seed; round ``r`` uses ``fold_in(key, r)``.
-      eval_fn: ``params -> dict of floats``, called every ``eval_every`` rounds and at the end.
+      eval_fn: ``params -> dict of floats`` on the shared model, called every ``eval_every`` rounds and at
+        the end.
+      silo_eval_fn: ``(silo_params, silo) -> dict of scalars``, vmapped over silos at each evaluation, on
+        each silo's own model (``algorithm.silo_params(state)``, e.g. shared layers plus the silo's
+        private head; the shared model for algorithms without one); ``silo`` is the silo's index (e.g.
+        to pick its held-out records). Recorded as ``record["silos"][name]``, one value per silo.
       eval_every: rounds per compiled chunk (default: all rounds in one chunk).
       accountant: ``"rdp"`` or ``"pld"`` for the privacy ledger (private algorithms only).
       target_epsilon, delta: stop before the round that would exceed ``(target_epsilon, delta)``;
@@ -129,8 +174,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     eval_every = rounds if eval_every is None else int(eval_every)
     if eval_every < 1 and rounds > 0:
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+    check_schedule(algorithm, rounds)
     counts_host = np.asarray(data.counts)
-    state = algorithm.init(params)  # before the ledger: some algorithms' privacy depends on the model size
     ledger = make_ledger(algorithm, counts_host, accountant) if (target_epsilon is not None or delta is not None) else None
     _check_budget_args(target_epsilon, delta, ledger)
     if ledger is not None and np.ndim(delta) > 0:
@@ -140,8 +185,12 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                              f"({int(np.sum(counts_host > 0))})")
 
     root = keys_lib.as_key(key)
+    num_silos = data.num_silos  # before padding for the mesh: per-silo metrics cover these
     if mesh is not None:
         data = sharding.shard_data(data, mesh)
+    state = initial_state(algorithm, params, data.num_silos)
+    if mesh is not None:
+        state = sharding.shard_silo_state(state, mesh)
     start = 0
     writer = MetricsWriter(metrics_path)
     ckpt = Checkpointer(checkpoint_dir) if checkpoint_dir is not None else None
@@ -156,7 +205,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
             ledger.record(start)
         writer.truncate_after(start)
 
-    chunk = jax.jit(lambda st, d, k, s, n: run_rounds(algorithm, st, d, k, s, n), static_argnums=4)
+    chunk = jax.jit(lambda st, d, k, s, inputs, n: run_rounds(algorithm, st, d, k, s, n, inputs), static_argnums=5)
+    evaluate_silos = None if silo_eval_fn is None else _silo_evaluator(algorithm, silo_eval_fn, data.num_silos)
     history, stop_reason = [], "completed"
     bar = tqdm(total=rounds, initial=start, disable=not progress, desc=algorithm.name, leave=False)
     t0 = time.perf_counter()
@@ -170,7 +220,7 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                     if n == 0:
                         stop_reason = "budget"
                         break
-                state, infos = chunk(state, data, root, jnp.asarray(r, jnp.int32), n)
+                state, infos = chunk(state, data, root, jnp.asarray(r, jnp.int32), schedule_slice(algorithm, r, n), n)
                 r += n
                 if ledger is not None:
                     ledger.record(n)
@@ -178,6 +228,9 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                 record.update({k: float(np.mean(v)) for k, v in jax.device_get(infos).items()})
                 if eval_fn is not None:
                     record.update({k: float(v) for k, v in eval_fn(state.params).items()})
+                if evaluate_silos is not None:
+                    per_silo = jax.device_get(evaluate_silos(state))
+                    record["silos"] = {k: np.asarray(v)[:num_silos].astype(float).tolist() for k, v in per_silo.items()}
                 if ledger is not None:
                     record["epsilon"] = float(ledger.epsilon(delta))
                 record["wall_seconds"] = time.perf_counter() - t0

@@ -1,16 +1,19 @@
-"""Silo-side building blocks shared by every algorithm: minibatch samplers and noisy gradients.
+"""Silo-side building blocks shared by every algorithm: minibatch samplers, noisy gradients, local steps.
 
 A silo sees its padded records ``x: [max_records, ...]``, ``y`` and its ``count``; every sampler
 draws only among the first ``count`` rows.
 
-**Draw-ahead.** :func:`local_steps` draws the randomness of its steps (each step's minibatch indices
-and unit Gaussian noise, from the very keys ``derive(.., step, MINIBATCH)`` and ``derive(.., step,
-NOISE)`` that :func:`noisy_gradient` would use) for a block of steps at once, before the sequential
-step loop, and the loop only consumes it. The draws are the same numbers; the gain is that one
+**Randomness of local steps.** A local step receives its random draws as an argument:
+``local_steps(params, num_steps=, client_opt=, gradient_fn=, draw_fn=)`` runs
+``g, info = gradient_fn(params, step, draw_fn(step))`` for ``step = 0 .. num_steps - 1`` (``drawn`` is
+``None`` without a ``draw_fn``). ``draw_fn`` sees only the step (keys, counts and shapes it closes over
+are fixed for the whole loop), so :func:`local_steps` may evaluate it ahead of the sequential loop,
+vmapped over a block of steps (at most :data:`DRAW_AHEAD_ELEMENTS` random values per block): one
 vectorized draw replaces one tiny draw per step, whose fixed cost (several kernel launches per
-threefry hash on CPU) dominated small models' local steps. This applies to each
-:func:`noisy_gradient` call that ``gradient_fn`` makes with the loop's own ``step`` (found by tracing
-``gradient_fn`` once, abstractly); other calls draw in the loop as before.
+threefry hash on CPU) dominated small models' local steps. Where ``draw_fn`` is evaluated changes no
+value. :func:`step_draws` is the draw of :func:`noisy_gradient` (minibatch from
+``step_key(silo_key, step, MINIBATCH)``, unit noise from ``step_key(silo_key, step, NOISE)``), which
+draws from those keys itself when given no draws.
 """
 from __future__ import annotations
 
@@ -24,11 +27,12 @@ import optax
 
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clipped_grad_sum
-from jaxfl.privacy.noise import gaussian_like
+from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
 
 DRAW_AHEAD_ELEMENTS = 1 << 18
-"""Most random values (indices + noise entries) :func:`local_steps` draws ahead per silo per block of
-steps; blocks of fewer than 2 steps fall back to drawing inside the loop. 0 disables draw-ahead."""
+"""Most random values (e.g. indices + noise entries) :func:`local_steps` draws ahead of its loop per
+silo per block of steps; blocks of fewer than 2 steps fall back to calling ``draw_fn`` inside the loop.
+0 always draws inside the loop (same values)."""
 
 
 class Batch(NamedTuple):
@@ -78,10 +82,6 @@ class Sampler(NamedTuple):
             return Batch(x, y, real.astype(jnp.float32), jnp.maximum(count, 1).astype(jnp.float32))
         raise ValueError(f"unknown sampler kind {self.kind!r}")
 
-    def draw_size(self, max_records: int) -> int:
-        """Number of random values one :meth:`draw` returns."""
-        return {"with_replacement": self.batch_size or 0, "poisson": max_records}.get(self.kind, 0)
-
     def event(self, count: int, noise_multiplier: float):
         """The ``dp_accounting`` event of one step on a silo with ``count`` records."""
         gaussian = dp_accounting.GaussianDpEvent(float(noise_multiplier))
@@ -107,56 +107,61 @@ def make_sampler(batch_size: int | None = None, sampling_rate=None) -> Sampler:
     return Sampler("full")
 
 
-def _is_python_zero(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+def step_draws(sampler: Sampler, silo_key, count, max_records: int, params, noise_multiplier) -> Callable:
+    """The ``draw_fn`` of :func:`noisy_gradient` for :func:`local_steps`.
+
+    Args:
+      sampler: the minibatch sampler; silo_key, count: the silo's key and number of records.
+      max_records: ``x.shape[0]``; params: a pytree of the parameters' shapes and dtypes (arrays or
+        ``jax.ShapeDtypeStruct``s).
+      noise_multiplier: only whether it is a Python ``0`` (no noise drawn) matters here.
+    Returns:
+      ``draw_fn(step) -> (sampler randomness, unit noise or None)``: :meth:`Sampler.draw` from
+      ``step_key(silo_key, step, MINIBATCH)`` and ``gaussian_like(step_key(silo_key, step, NOISE),
+      params, 1.0)``.
+    """
+
+    def draw_fn(step):
+        minibatch = sampler.draw(keys_lib.step_key(silo_key, step, keys_lib.Purpose.MINIBATCH), count, max_records)
+        noise = unit_noise_like(keys_lib.step_key(silo_key, step, keys_lib.Purpose.NOISE), params, noise_multiplier)
+        return minibatch, noise
+
+    return draw_fn
 
 
 def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sampler, clip_norm,
-                   noise_multiplier):
+                   noise_multiplier, drawn=None):
     """One silo's privatized minibatch gradient in local step ``step``.
 
     ``(sum_j w_j clip(g_j, C) + N(0, (z C)^2 I)) / denominator``; the minibatch comes from
-    ``derive(.., step, MINIBATCH)`` and the noise from ``derive(.., step, NOISE)``. With
-    ``clip_norm = inf`` and ``noise_multiplier = 0`` this is the plain minibatch gradient (a Python
-    ``0`` draws no noise at all). Inside :func:`local_steps` the draws may have been made ahead of the
-    step loop (same keys, same values).
+    ``derive(.., step, MINIBATCH)`` and the noise from ``derive(.., step, NOISE)``, or from ``drawn``,
+    this step's value of :func:`step_draws` (the same numbers, drawn ahead by :func:`local_steps`).
+    With ``clip_norm = inf`` and ``noise_multiplier = 0`` this is the plain minibatch gradient (a
+    Python ``0`` draws no noise at all).
 
     Returns ``(gradient, info)`` with ``info["clipped_fraction"]``.
     """
-    context = _DRAW_AHEAD[-1] if _DRAW_AHEAD else None
-    if context is not None:
-        drawn = context.consume(_Request(sampler, silo_key, x, y, count, params, noise_multiplier), step)
-        if drawn is not None:
-            indices, unit_noise = drawn
-            if context.probing:  # abstract trace of gradient_fn: only the shapes matter
-                zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-                return zeros, {"clipped_fraction": jnp.zeros([], jnp.float32)}
-            return _privatize(loss_fn, params, sampler.take(indices, x, y, count), unit_noise,
-                              clip_norm=clip_norm, noise_multiplier=noise_multiplier)
-    batch = sampler(keys_lib.step_key(silo_key, step, keys_lib.Purpose.MINIBATCH), x, y, count)
-    return noisy_batch_gradient(loss_fn, params, batch, keys_lib.step_key(silo_key, step, keys_lib.Purpose.NOISE),
-                                clip_norm=clip_norm, noise_multiplier=noise_multiplier)
+    if drawn is None:
+        drawn = step_draws(sampler, silo_key, count, x.shape[0], params, noise_multiplier)(step)
+    minibatch, unit_noise = drawn
+    return _privatize(loss_fn, params, sampler.take(minibatch, x, y, count), unit_noise,
+                      clip_norm=clip_norm, noise_multiplier=noise_multiplier)
 
 
 def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier):
     """``(sum_j w_j clip(g_j, C) + N(0, (z C)^2 I)) / batch.denominator`` for a given minibatch (the
     part of :func:`noisy_gradient` after sampling; for samplers that need more than a step key)."""
-    unit_noise = None if _is_python_zero(noise_multiplier) else gaussian_like(noise_key, params, 1.0)
+    unit_noise = unit_noise_like(noise_key, params, noise_multiplier)
     return _privatize(loss_fn, params, batch, unit_noise, clip_norm=clip_norm, noise_multiplier=noise_multiplier)
 
 
 def _privatize(loss_fn, params, batch: Batch, unit_noise, *, clip_norm, noise_multiplier):
     """The clipped sum plus ``z C`` times ``unit_noise`` (i.i.d. N(0, 1) shaped like ``params``; None:
-    no noise, for a Python ``0`` multiplier), divided by the batch's denominator."""
+    no noise, for a Python ``0`` multiplier), times ``1 / batch.denominator``
+    (:func:`jaxfl.privacy.noise.noisy_clipped_mean`)."""
     summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm)
-    noisy = summed.value
-    if unit_noise is not None:
-        std = jnp.where(noise_multiplier > 0, noise_multiplier * clip_norm, 0.0)
-        noisy = jax.tree_util.tree_map(lambda s, u: s + std * u, noisy, unit_noise)
-    # Multiplying by the reciprocal (never dividing by a traced scalar) keeps XLA from rewriting the
-    # division differently in differently-sharded programs: results stay bitwise device-independent.
-    inverse = 1.0 / batch.denominator
-    grad = jax.tree_util.tree_map(lambda g: g * inverse, noisy)
+    grad = noisy_clipped_mean(summed.value, unit_noise, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+                              denominator=batch.denominator)
     info = {"clipped_fraction": summed.num_clipped / jnp.maximum(summed.count, 1.0)}
     return grad, info
 
@@ -165,109 +170,27 @@ def _privatize(loss_fn, params, batch: Batch, unit_noise, *, clip_norm, noise_mu
 # Local steps, with their randomness drawn ahead of the loop
 
 
-class _Request(NamedTuple):
-    """One :func:`noisy_gradient` call as ``gradient_fn`` makes it (trace-time objects)."""
-
-    sampler: Sampler
-    silo_key: Any
-    x: Any
-    y: Any
-    count: Any
-    params: Any
-    noise_multiplier: Any
-
-    def same_call(self, other: "_Request") -> bool:
-        same = (self.silo_key is other.silo_key and self.x is other.x and self.y is other.y
-                and self.count is other.count and self.sampler == other.sampler and self.noisy() == other.noisy())
-        return same and jax.tree_util.tree_structure(self.params) == jax.tree_util.tree_structure(other.params)
-
-    def noisy(self) -> bool:
-        return not _is_python_zero(self.noise_multiplier)
-
-    def draw(self, step):
-        """This call's draws at ``step``: ``(sampler randomness, unit noise or None)``."""
-        count = self.count
-        indices = self.sampler.draw(keys_lib.step_key(self.silo_key, step, keys_lib.Purpose.MINIBATCH), count,
-                                    self.x.shape[0])
-        noise = gaussian_like(keys_lib.step_key(self.silo_key, step, keys_lib.Purpose.NOISE), self.params, 1.0) \
-            if self.noisy() else None
-        return indices, noise
-
-    def size(self) -> int:
-        noise = sum(math.prod(jnp.shape(p)) for p in jax.tree_util.tree_leaves(self.params)) if self.noisy() else 0
-        return self.sampler.draw_size(self.x.shape[0]) + noise
+def _draw_block(draw_fn, num_steps: int) -> int:
+    """Steps whose draws are made at once (within :data:`DRAW_AHEAD_ELEMENTS`); < 2: draw in the loop."""
+    if draw_fn is None or DRAW_AHEAD_ELEMENTS <= 0 or num_steps < 2:
+        return 0
+    shapes = jax.eval_shape(draw_fn, jax.ShapeDtypeStruct((), jnp.int32))
+    per_step = sum(math.prod(s.shape) for s in jax.tree_util.tree_leaves(shapes))
+    return min(num_steps, DRAW_AHEAD_ELEMENTS // per_step) if per_step else 0
 
 
-class _DrawContext:
-    """Trace-time state of one :func:`local_steps`: probing records the calls; replaying hands each
-    matching call its pre-drawn values."""
+def local_steps(params, *, num_steps: int, client_opt: optax.GradientTransformation, gradient_fn: Callable,
+                draw_fn: Callable | None = None):
+    """``num_steps`` local optimizer steps under ``lax.scan``.
 
-    def __init__(self, step, requests=None, draws=None):
-        self.step, self.probing = step, requests is None
-        self.requests = [] if requests is None else requests
-        self.draws, self.position, self.usable = draws, 0, True
-        self.trace = getattr(step, "_trace", None) if self.probing else None
-
-    def consume(self, request: _Request, step):
-        if self.probing:
-            inside = self.trace is None or any(_made_in(v, self.trace) for v in (request.silo_key, request.x,
-                                                                                   request.y, request.count))
-            if step is self.step and not inside:
-                shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)),
-                                                request.params)
-                self.requests.append(request._replace(params=shapes))
-                return (None, None)
-            self.usable = False  # another step than the loop's, or a key or data made inside gradient_fn
-            return None
-        i = self.position
-        if step is not self.step or i >= len(self.requests) or not self.requests[i].same_call(request):
-            return None
-        self.position += 1
-        return self.draws[i]
-
-
-_DRAW_AHEAD: list = []
-
-
-def _probe(params, gradient_fn):
-    """The :func:`noisy_gradient` calls ``gradient_fn(params, step)`` makes with the step it is given,
-    found by an abstract trace (nothing is computed); None if some call uses another step or a key or
-    data made inside ``gradient_fn`` (which cannot be used outside it)."""
-    found = {}
-
-    def traced(p, step):
-        context = _DrawContext(step)
-        _DRAW_AHEAD.append(context)
-        try:
-            out = gradient_fn(p, step)
-        finally:
-            _DRAW_AHEAD.pop()
-        found["requests"] = context.requests if context.usable and context.requests else None
-        return out  # no tracer of this trace outlives it (tracer-leak checks stay quiet)
-
-    jax.eval_shape(traced, params, jax.ShapeDtypeStruct((), jnp.int32))
-    return found["requests"]
-
-
-def _made_in(value, trace) -> bool:
-    """Whether ``value`` is a tracer of ``trace`` or of a transformation nested in it (e.g. a key that
-    ``gradient_fn`` derives itself), which cannot be used outside ``gradient_fn``."""
-    t = getattr(value, "_trace", None)
-    for _ in range(64):
-        if t is None:
-            return False
-        if t is trace:
-            return True
-        t = getattr(t, "parent_trace", None)
-    return True
-
-
-def local_steps(params, *, num_steps: int, client_opt: optax.GradientTransformation, gradient_fn: Callable):
-    """``num_steps`` local optimizer steps under ``lax.scan``; ``gradient_fn(params, step) -> (g, info)``.
-
-    The randomness of :func:`noisy_gradient` calls made with the loop's ``step`` is drawn ahead of the
-    loop in blocks of steps (see the module docstring and :data:`DRAW_AHEAD_ELEMENTS`); the results
-    are those of drawing it step by step.
+    Args:
+      params: the starting parameters.
+      num_steps: a Python int.
+      client_opt: the optimizer applied to each step's gradient.
+      gradient_fn: ``(params, step, drawn) -> (gradient, info)``, ``step`` an int32 scalar and
+        ``drawn`` this step's ``draw_fn(step)`` (``None`` without ``draw_fn``).
+      draw_fn: ``step -> pytree`` of the step's random draws, e.g. :func:`step_draws`; a function of
+        ``step`` only, evaluated ahead of the loop for blocks of steps (see the module docstring).
 
     Returns ``(final_params, info averaged over steps)``.
     """
@@ -275,27 +198,22 @@ def local_steps(params, *, num_steps: int, client_opt: optax.GradientTransformat
 
     def body(carry, step, drawn):
         p, opt_state = carry
-        if drawn is None:
-            g, info = gradient_fn(p, step)
-        else:
-            _DRAW_AHEAD.append(_DrawContext(step, requests, drawn))
-            try:
-                g, info = gradient_fn(p, step)
-            finally:
-                _DRAW_AHEAD.pop()
+        g, info = gradient_fn(p, step, drawn)
         updates, opt_state = client_opt.update(g, opt_state, p)
         return (optax.apply_updates(p, updates), opt_state), info
 
+    def in_loop(carry, step):
+        return body(carry, step, None if draw_fn is None else draw_fn(step))
+
     def run(carry, steps):
-        """Steps ``steps`` (an int32 vector) with their draws made first."""
-        drawn = jax.vmap(lambda s: [r.draw(s) for r in requests])(steps) if requests else None
-        return jax.lax.scan(lambda c, xs: body(c, xs[0], xs[1]), carry, (steps, drawn))
+        """Steps ``steps`` (``int32[k]``) with their draws made first, in one vmapped draw."""
+        drawn = jax.vmap(draw_fn)(steps)
+        return jax.lax.scan(lambda c, xs: body(c, *xs), carry, (steps, drawn))
 
     carry = (params, client_opt.init(params))
-    requests = _probe(params, gradient_fn) if DRAW_AHEAD_ELEMENTS > 0 and num_steps > 1 else None
-    block = min(num_steps, DRAW_AHEAD_ELEMENTS // max(1, sum(r.size() for r in requests))) if requests else 0
+    block = _draw_block(draw_fn, num_steps)
     if block < 2:
-        (final, _), infos = jax.lax.scan(lambda c, s: body(c, s, None), carry, jnp.arange(num_steps))
+        (final, _), infos = jax.lax.scan(in_loop, carry, jnp.arange(num_steps))
         return final, jax.tree_util.tree_map(jnp.mean, infos)
     blocks, rest = divmod(num_steps, block)
     parts = []

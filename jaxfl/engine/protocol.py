@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
+import dp_accounting
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,7 +23,12 @@ class RoundPrivacy(NamedTuple):
         round, ``level="record"``), or a single event for the whole population (``level="client"``,
         central user-level DP such as DP-FedAvg).
       level: ``"record"`` (inter-silo record-level / ISRL-DP) or ``"client"`` (user-level, central).
-      adjacency: the neighbouring relation the events assume, e.g. ``"add_remove"``.
+      relation: the ``dp_accounting.NeighboringRelation`` that ``events`` (and ``central``) are stated for:
+        ``ADD_OR_REMOVE_ONE`` (one record, or client, more or less) or ``REPLACE_ONE`` (one replaced; e.g.
+        minibatches drawn with replacement, one-pass batches, the shuffle model). The ledger builds its
+        accountants for this relation and refuses one that does not support it
+        (:func:`jaxfl.engine.driver.make_ledger`); a Gaussian's sensitivity follows from it
+        (:func:`jaxfl.accounting.events.clipped_sum_gaussian`).
       composition: ``"sequential"`` (rounds compose) or ``"parallel"`` (rounds touch disjoint records,
         so the run costs one round; one-pass algorithms).
       round_limit: the most rounds the statement covers (one-pass: ``floor(n / K)``), or None.
@@ -31,29 +38,92 @@ class RoundPrivacy(NamedTuple):
 
     events: Sequence[Any]
     level: str = "record"
-    adjacency: str = "add_remove"
+    relation: dp_accounting.NeighboringRelation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     composition: str = "sequential"
     round_limit: Optional[int] = None
     central: Any = None
 
 
 class FederatedAlgorithm(NamedTuple):
-    """A federated algorithm as a pair of pure functions plus its privacy statement.
+    """A federated algorithm as pure functions plus its privacy statement: a value, like an optax
+    transformation. Nothing about a run lives in the factory's closure; everything lives in the state.
 
     Attributes:
-      init: ``params -> state``; the state is a pytree with a ``.params`` attribute.
+      init: ``params -> server state``; a pytree with a ``.params`` attribute (the shared model).
       round: ``(state, data, round_key) -> (state, info)``, jit-able; ``round_key`` is
-        ``keys.round_key(root, r)`` and ``info`` a dict of scalars.
+        ``keys.round_key(root, r)`` and ``info`` a dict of scalars. With a ``schedule`` the round takes
+        the round's inputs as a fourth argument: ``(state, data, round_key, inputs)``.
       privacy: ``counts (int[num_silos], host) -> RoundPrivacy``, or None for non-private
         algorithms. A function of the silo sizes because sampling rates depend on them; record-level
-        events come one per silo with ``count > 0``, in silo order (padding silos have none).
+        events come one per silo with ``count > 0``, in silo order (padding silos have none). It works
+        before ``init``: whatever it needs (model size, block layout, schedule) the factory was given.
       name: a short label for tables and results files.
+      init_silos: ``(params, num_silos) -> silo state`` (leaves ``[num_silos, ...]``), or None for
+        algorithms that keep nothing on silos. The run's state is then :class:`SiloState` ``(server,
+        silos)`` (see :func:`initial_state`).
+      schedule: host-computed round inputs, a pytree of arrays with a leading round axis (round ``r``
+        receives ``schedule[r]``: sample sizes, step counts, learning rates, active masks, ...), or
+        None. A run may not be longer than the schedule.
+      silo_params: ``state -> params of every silo's own model`` (leaves ``[num_silos, ...]``), for
+        personalised evaluation; None: every silo evaluates the shared ``state.params``.
     """
 
     init: Callable[[Params], State]
-    round: Callable[[State, FederatedData, Any], tuple]
+    round: Callable[..., tuple]
     privacy: Optional[Callable[[np.ndarray], RoundPrivacy]] = None
     name: str = "algorithm"
+    init_silos: Optional[Callable[[Params, int], Any]] = None
+    schedule: Any = None
+    silo_params: Optional[Callable[[State], Any]] = None
+
+
+class SiloState(NamedTuple):
+    """The state of an algorithm that keeps state on silos.
+
+    ``server`` is what the server holds (with ``.params``); ``silos`` is a pytree whose leaves have a
+    leading axis of one entry per silo, sharded like the data over the ``"silos"`` mesh axis. Silo
+    ``i``'s slice is read and written only by silo ``i``'s client function and by per-silo evaluation;
+    the aggregator and the server function never receive it (they see only the clients' messages and
+    ``server``).
+    """
+
+    server: Any
+    silos: Any
+
+    @property
+    def params(self):
+        """The shared model (``server.params``)."""
+        return self.server.params
+
+
+class PerRound(NamedTuple):
+    """A hyperparameter given one value per round: ``values[r]`` is used in round ``r`` (host array with a
+    leading round axis). Factories that accept it put it in the algorithm's ``schedule`` and state the
+    privacy of every round with that round's value."""
+
+    values: Any
+
+
+def initial_state(algorithm: FederatedAlgorithm, params, num_silos: int):
+    """``algorithm.init(params)``, paired with ``init_silos(params, num_silos)`` in a
+    :class:`SiloState` when the algorithm keeps silo state."""
+    server = algorithm.init(params)
+    if algorithm.init_silos is None:
+        return server
+    return SiloState(server, algorithm.init_silos(params, int(num_silos)))
+
+
+def schedule_length(algorithm: FederatedAlgorithm) -> int | None:
+    """Rounds covered by the algorithm's schedule (None: unscheduled)."""
+    if algorithm.schedule is None:
+        return None
+    leaves = jax.tree_util.tree_leaves(algorithm.schedule)
+    if not leaves:
+        raise ValueError("an algorithm's schedule must hold at least one array with a leading round axis")
+    lengths = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
+    if len(lengths) != 1 or -1 in lengths:
+        raise ValueError(f"every schedule leaf needs the same leading round axis; got lengths {sorted(lengths)}")
+    return lengths.pop()
 
 
 class ServerState(NamedTuple):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import sharding
 from jaxfl.engine.participation import Participation
+from jaxfl.engine.protocol import SiloState
 from jaxfl.privacy import keys as keys_lib
 
 # client_fn(broadcast, x_i, y_i, count_i, silo_key[, silo_values_i]) -> (message, info)
@@ -28,13 +29,24 @@ class RoundContext(NamedTuple):
     total_weight: jnp.ndarray  # sum of participation weights (number of participants)
     round_key: jax.Array
     counts: jnp.ndarray  # int32[num_silos], public silo sizes (0 for padding silos)
+    inputs: Any = None  # the round's scheduled inputs (FederatedAlgorithm.schedule[r]), or None
 
 
 def weighted_sum(messages, weights, round_key):
-    """``sum_i weights_i * message_i``, reduced in one fixed order on replicated messages."""
+    """``sum_i weights_i * message_i``, added silo after silo in silo order on replicated messages.
+
+    The order is explicit (a ``scan`` over silos) rather than left to a reduction: XLA:CPU reduces in
+    different orders depending on what it fuses into the reduction (e.g. a message recomputed inline on
+    one device, all-gathered from four), and results must not depend on the number of devices.
+    """
     del round_key
     messages, weights = sharding.replicate((messages, weights))  # no-op for already replicated weights
-    return jax.tree_util.tree_map(lambda m: jnp.tensordot(weights.astype(m.dtype), m, axes=1), messages)
+
+    def in_silo_order(m):
+        add = lambda total, wm: (total + wm[0] * wm[1], None)
+        return jax.lax.scan(add, jnp.zeros(m.shape[1:], m.dtype), (weights.astype(m.dtype), m))[0]
+
+    return jax.tree_util.tree_map(in_silo_order, messages)
 
 
 def participant_count_sum(messages, weights, round_key):
@@ -59,13 +71,28 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
                broadcast: Callable[[Any], Any] = lambda state: state.params,
                aggregator: Aggregator = weighted_sum, per_silo: Any = None,
                participation_key: Callable[[Any, jax.Array], jax.Array] | None = None,
-               clients_per_pass: int | None = None):
-    """Builds ``round(state, data, round_key) -> (state, info)``.
+               clients_per_pass: int | None = None, silo_state: bool = False, scheduled: bool = False,
+               active: Callable[[Any], jnp.ndarray] | None = None):
+    """Builds ``round(state, data, round_key[, inputs]) -> (state, info)``.
 
     The round draws participation weights ``w: [num_silos]``, runs ``client_fn`` on every silo under
     ``vmap`` (non-participants' messages get weight 0), aggregates ``sum_i w_i m_i`` with
     ``aggregator`` and hands it, with a :class:`RoundContext`, to ``server_fn``. Client infos are averaged over
     participants; the info also reports ``participants``.
+
+    The client is called ``client_fn(sent, x_i, y_i, count_i, silo_key_i[, per_silo_i], **extra)`` with
+    ``sent = broadcast(server state)`` and returns ``(message, info)``; ``extra`` holds only what the round
+    was built for:
+
+    - ``silo_state=True``: the state is a :class:`jaxfl.engine.protocol.SiloState` ``(server, silos)``;
+      the client receives its slice as ``silo_state=`` and returns ``(message, info, new_silo_state)``.
+      Only participants' (``w_i > 0``) silo state changes. ``broadcast`` and ``server_fn`` receive
+      ``state.server``, never the silo state: a client shares what it puts in its message, nothing more.
+    - ``scheduled=True``: the round takes the round's inputs (``FederatedAlgorithm.schedule[r]``) as a
+      fourth argument; the client receives them whole as ``inputs=`` with its silo index as ``silo=``
+      (to pick its own entry of per-silo inputs), and the server as ``RoundContext.inputs``.
+      ``active(inputs) -> [num_silos]`` (optional) masks the drawn participation (e.g. the silos whose
+      update arrives this round in a simulated asynchronous timeline).
 
     ``per_silo`` (optional) is a pytree whose leaves have a leading axis of one entry per silo (e.g.
     per-silo noise multipliers for per-silo budgets, seed 000's Alg. 7), or a callable
@@ -85,65 +112,114 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
     """
     if clients_per_pass is not None and (aggregator is not weighted_sum or per_silo is not None):
         raise ValueError("clients_per_pass needs the weighted_sum aggregator and no per_silo values")
+    if clients_per_pass is not None and int(clients_per_pass) < 1:
+        raise ValueError(f"clients_per_pass must be >= 1, got {clients_per_pass}")
+    if active is not None and not scheduled:
+        raise ValueError("active= masks participation by the round's inputs: it needs scheduled=True")
 
-    def round_fn(state, data: FederatedData, round_key):
-        drawn_with = round_key if participation_key is None else participation_key(state, round_key)
+    def round_fn(state, data: FederatedData, round_key, inputs=None):
+        if scheduled and inputs is None:
+            raise ValueError("this round is scheduled: call it with the round's inputs (FederatedAlgorithm.schedule[r])")
+        server_state, silos = (state.server, state.silos) if silo_state else (state, None)
+        drawn_with = round_key if participation_key is None else participation_key(server_state, round_key)
         weights = participation(drawn_with, data.counts)
-        silo_ids = jnp.arange(data.num_silos)
-        silo_keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, silo_ids)
-        sent = broadcast(state)
+        if active is not None:
+            weights = weights * jnp.asarray(active(inputs), weights.dtype)
+        call = _client_call(client_fn, broadcast(server_state), silo_state, scheduled, inputs)
         if clients_per_pass is not None:
-            return _passes(client_fn, server_fn, state, sent, data, round_key, weights, int(clients_per_pass))
-        if per_silo is None:
-            messages, client_info = jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0))(
-                sent, data.x, data.y, data.counts, silo_keys)
+            summed, info_sums, silos = _passes(call, data, silos, round_key, weights, int(clients_per_pass))
+            server_state, info = _server_step(server_state, summed, info_sums, jnp.sum(weights), round_key,
+                                              data.counts, server_fn, inputs)
         else:
+            silo_ids = jnp.arange(data.num_silos)
+            silo_keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, silo_ids)
             values = per_silo(data.num_silos) if callable(per_silo) else per_silo
             values = jax.tree_util.tree_map(lambda v: _fit_silo_axis(v, data.num_silos), values)
-            messages, client_info = jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0, 0))(
-                sent, data.x, data.y, data.counts, silo_keys, values)
-        return _finish(state, messages, client_info, weights, round_key, data.counts, aggregator, server_fn)
+            out = jax.vmap(call)(data.x, data.y, data.counts, silo_keys, silo_ids, values, silos)
+            out = sharding.keep_on_silos(out)
+            messages, client_info = out[0], out[1]
+            if silo_state:
+                silos = _keep_participants(out[2], silos, weights)
+            server_state, info = _finish(server_state, messages, client_info, weights, round_key, data.counts,
+                                         aggregator, server_fn, inputs)
+        return (SiloState(server_state, silos) if silo_state else server_state), info
 
     return round_fn
 
 
-def _passes(client_fn, server_fn, state, sent, data, round_key, weights, per_pass):
-    """The participants (``weights > 0``), ``per_pass`` at a time: ``sum_i w_i m_i`` and the client infos."""
+def _client_call(client_fn, sent, silo_state: bool, scheduled: bool, inputs):
+    """``(x, y, count, key, silo, per_silo, silo_state) -> client_fn(...)`` with the round's conventions
+    (see :func:`make_round`); ``per_silo`` / ``silo_state`` are None when unused."""
+
+    def call(x, y, count, key, silo, values, state_i):
+        args = (sent, x, y, count, key) + (() if values is None else (values,))
+        extra = {}
+        if silo_state:
+            extra["silo_state"] = state_i
+        if scheduled:
+            extra.update(inputs=inputs, silo=silo)
+        out = client_fn(*args, **extra)
+        if silo_state and len(out) != 3:
+            raise ValueError("with silo_state=True a client returns (message, info, new_silo_state)")
+        return out
+
+    return call
+
+
+def _keep_participants(new, old, weights):
+    """Silo state: ``new`` for participants (``weights > 0``), ``old`` for everyone else."""
+    def pick(n, o):
+        return jnp.where((weights > 0).reshape((-1,) + (1,) * (o.ndim - 1)), n.astype(o.dtype), o)
+
+    return jax.tree_util.tree_map(pick, new, old)
+
+
+def _passes(call, data, silos, round_key, weights, per_pass):
+    """The participants (``weights > 0``), ``per_pass`` at a time: ``(sum_i w_i m_i, info sums, silo
+    state)``; a participant's new silo state is written back to its own row only."""
+    num_silos = data.num_silos
     order = jnp.argsort(jnp.where(weights > 0, 0, 1), stable=True)  # participants first, in silo order
     order = jnp.concatenate([order, jnp.zeros(per_pass, order.dtype)])
     num = jnp.sum(weights > 0)
 
-    def run(ids):
+    def run(ids, silos):
         keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, ids)
         take = lambda a: jnp.take(a, ids, axis=0)
-        return jax.vmap(client_fn, in_axes=(None, 0, 0, 0, 0))(sent, take(data.x), take(data.y), take(data.counts), keys)
+        own = None if silos is None else jax.tree_util.tree_map(take, silos)
+        return jax.vmap(call)(take(data.x), take(data.y), take(data.counts), keys, ids, None, own)
 
-    shapes = jax.eval_shape(run, order[:per_pass])
-    zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape[1:], a.dtype), shapes)
+    shapes = jax.eval_shape(run, order[:per_pass], silos)
+    zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape[1:], a.dtype), shapes[:2])
 
     def one_pass(i, carry):
+        sums, silos = carry
         ids = jax.lax.dynamic_slice(order, (i * per_pass,), (per_pass,))
-        w = jnp.take(weights, ids) * (i * per_pass + jnp.arange(per_pass) < num)
-        messages, info = run(ids)
+        valid = i * per_pass + jnp.arange(per_pass) < num
+        w = jnp.take(weights, ids) * valid
+        out = run(ids, silos)
         add = lambda acc, m: acc + jnp.tensordot(w.astype(m.dtype), m, axes=1)
-        return jax.tree_util.tree_map(add, carry, (messages, info))
+        sums = jax.tree_util.tree_map(add, sums, out[:2])
+        if silos is not None:  # rows past the participants go out of bounds and are dropped
+            rows = jnp.where(valid, ids, num_silos)
+            silos = jax.tree_util.tree_map(lambda s, n: s.at[rows].set(n.astype(s.dtype), mode="drop"), silos, out[2])
+        return sums, silos
 
-    summed, info_sums = jax.lax.fori_loop(0, (num + per_pass - 1) // per_pass, one_pass, zeros)
-    return _server_step(state, summed, info_sums, jnp.sum(weights), round_key, data.counts, server_fn)
+    (summed, info_sums), silos = jax.lax.fori_loop(0, (num + per_pass - 1) // per_pass, one_pass, (zeros, silos))
+    return summed, info_sums, silos
 
 
-def _finish(state, messages, client_info, weights, round_key, counts, aggregator, server_fn):
+def _finish(state, messages, client_info, weights, round_key, counts, aggregator, server_fn, inputs=None):
     """Aggregation, server update and the round's info, shared by both round builders."""
     weights, client_info = sharding.replicate((weights, client_info))
     aggregate = aggregator(messages, weights, round_key)
     info_sums = {name: jnp.sum(weights * value) for name, value in client_info.items()}
-    return _server_step(state, aggregate, info_sums, jnp.sum(weights), round_key, counts, server_fn)
+    return _server_step(state, aggregate, info_sums, jnp.sum(weights), round_key, counts, server_fn, inputs)
 
 
-def _server_step(state, aggregate, info_sums, total, round_key, counts, server_fn):
+def _server_step(state, aggregate, info_sums, total, round_key, counts, server_fn, inputs=None):
     """``server_fn`` on the aggregate; the round's info adds the participant-weighted mean of each client
     info (``info_sums`` holds the weighted sums) and the number of ``participants``."""
-    state, info = server_fn(state, aggregate, RoundContext(total, round_key, counts))
+    state, info = server_fn(state, aggregate, RoundContext(total, round_key, counts, inputs))
     inverse = 1.0 / jnp.maximum(total, 1.0)
     info = dict(info)
     info.update({name: value * inverse for name, value in info_sums.items()})

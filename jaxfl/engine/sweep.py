@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.data.federated import FederatedData
-from jaxfl.engine.driver import run_rounds
+from jaxfl.engine.driver import check_schedule, run_rounds
+from jaxfl.engine.protocol import initial_state
 
 
 class SweepResult(NamedTuple):
@@ -57,7 +58,8 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence], data: FederatedD
 
     def one(hp, seed):
         algorithm = build(**{n: v for n, v in hp.items() if n != "__config__"})
-        state = algorithm.init(params)
+        check_schedule(algorithm, rounds)
+        state = initial_state(algorithm, params, data.num_silos)
         state, infos = run_rounds(algorithm, state, data, jax.random.key(seed), 0, rounds)
         metrics = evaluate(state.params) if evaluate is not None else {}
         return state.params, infos, metrics

@@ -151,7 +151,7 @@ def run(setting: Setting, data: dprec_data.DprecData, out_dir: Path, *, rounds: 
             params = nets.init_params(module, jax.random.PRNGKey(seed), dprec_data.IMAGE_SHAPE)
             for method in methods:
                 if method == "dp_rec":
-                    algo = dp_rec(loss, client_opt=optax.sgd(setting.client_lr), clients_per_round=b,
+                    algo = dp_rec(loss, params=params, client_opt=optax.sgd(setting.client_lr), clients_per_round=b,
                                   batch_size=setting.batch_size, prior_std=setting.prior_std, clip_multiplier=c,
                                   layout=layout, server_opt=setting.server_opt(), clients_per_pass=per_pass)
                 else:

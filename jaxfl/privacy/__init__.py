@@ -3,11 +3,11 @@ from jaxfl.privacy import keys, shuffle
 from jaxfl.privacy.clipping import (ClippedSum, clip_by_global_norm, clip_update, clipped_grad_sum,
                                     per_example_grads)
 from jaxfl.privacy.keys import SERVER, Purpose
-from jaxfl.privacy.noise import add_gaussian_noise, gaussian_like
+from jaxfl.privacy.noise import add_gaussian_noise, gaussian_like, noisy_clipped_mean, unit_noise_like
 from jaxfl.privacy.transforms import differentially_private_aggregate, gaussian_noise
 
 __all__ = [
     "keys", "Purpose", "SERVER", "ClippedSum", "clip_by_global_norm", "clip_update", "clipped_grad_sum",
-    "per_example_grads", "add_gaussian_noise", "gaussian_like", "differentially_private_aggregate",
-    "gaussian_noise", "shuffle",
+    "per_example_grads", "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
+    "differentially_private_aggregate", "gaussian_noise", "shuffle",
 ]

@@ -22,3 +22,39 @@ def gaussian_like(key: jax.Array, tree, std):
 def add_gaussian_noise(key: jax.Array, tree, std):
     """``tree + N(0, std^2 I)`` with the noise of :func:`gaussian_like`."""
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))
+
+
+def _is_python_zero(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def unit_noise_like(key: jax.Array, tree, noise_multiplier):
+    """The unit noise of a Gaussian mechanism: :func:`gaussian_like` ``(key, tree, 1.0)``, or ``None``
+    when ``noise_multiplier`` is a Python ``0`` (no noise is drawn at all; a traced or array zero still
+    draws, and :func:`noisy_clipped_mean` scales it to exact zeros)."""
+    return None if _is_python_zero(noise_multiplier) else gaussian_like(key, tree, 1.0)
+
+
+def noisy_clipped_mean(clipped_sum, unit_noise, *, clip_norm, noise_multiplier, denominator):
+    """``(clipped_sum + z C unit_noise) * (1 / denominator)``: the Gaussian mechanism on a sum of
+    clipped gradients (sensitivity ``C``), normalized. The one implementation behind the engine's noisy
+    gradients and :func:`jaxfl.privacy.transforms.differentially_private_aggregate`.
+
+    Args:
+      clipped_sum: pytree, e.g. ``ClippedSum.value``.
+      unit_noise: i.i.d. ``N(0, 1)`` shaped like ``clipped_sum`` (:func:`unit_noise_like`), or ``None``
+        for a Python ``0`` noise multiplier.
+      clip_norm, noise_multiplier: ``C`` and ``z`` (may be traced); ``z = 0`` adds exact zeros, also
+        with ``C = inf``.
+      denominator: scalar the noisy sum is divided by (e.g. the public batch size); may be traced.
+    """
+    if unit_noise is None and not _is_python_zero(noise_multiplier):
+        raise ValueError("unit_noise is None but noise_multiplier is not a Python 0: the noise would be lost")
+    noisy = clipped_sum
+    if unit_noise is not None:
+        std = jnp.where(noise_multiplier > 0, noise_multiplier * clip_norm, 0.0)  # never 0 * inf
+        noisy = jax.tree_util.tree_map(lambda s, u: s + std * u, noisy, unit_noise)
+    # Multiplying by the reciprocal (never dividing by a traced scalar) keeps XLA from rewriting the
+    # division differently in differently-sharded programs: results stay bitwise device-independent.
+    inverse = 1.0 / denominator
+    return jax.tree_util.tree_map(lambda g: g * inverse, noisy)

@@ -14,7 +14,7 @@ import optax
 
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clip_by_global_norm
-from jaxfl.privacy.noise import add_gaussian_noise
+from jaxfl.privacy.noise import add_gaussian_noise, noisy_clipped_mean, unit_noise_like
 
 
 class NoiseState(NamedTuple):
@@ -32,8 +32,9 @@ def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array
 
     ``update`` receives *per-example* gradients (leaves ``[batch, ...]``; padding rows must be
     zero, which clipping keeps at zero) and returns ``(sum_j clip(g_j, C) + N(0, (z C)^2 I)) / batch``
-    (``/ batch`` only when ``normalize``). The sum's add/remove-one sensitivity is ``C``, so the
-    noise multiplier ``z`` is what an accountant takes.
+    (``/ batch`` only when ``normalize``; a Python ``0`` for ``z`` draws no noise), computed by
+    :func:`jaxfl.privacy.noise.noisy_clipped_mean` as the engine's noisy gradients are. The sum's
+    add/remove-one sensitivity is ``C``, so the noise multiplier ``z`` is what an accountant takes.
     """
 
     def update(updates, state, params=None):
@@ -41,10 +42,9 @@ def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array
         clipped, _ = clip_by_global_norm(updates, clip_norm)
         summed = jax.tree_util.tree_map(lambda g: jnp.sum(g, axis=0), clipped)
         noise_key = keys_lib.step_key(key, state.count, keys_lib.Purpose.NOISE)
-        noisy = add_gaussian_noise(noise_key, summed, noise_multiplier * clip_norm)
-        if normalize:
-            batch = jax.tree_util.tree_leaves(updates)[0].shape[0]
-            noisy = jax.tree_util.tree_map(lambda g: g / batch, noisy)
+        batch = jax.tree_util.tree_leaves(updates)[0].shape[0] if normalize else 1
+        noisy = noisy_clipped_mean(summed, unit_noise_like(noise_key, summed, noise_multiplier),
+                                   clip_norm=clip_norm, noise_multiplier=noise_multiplier, denominator=batch)
         return noisy, NoiseState(count=state.count + 1)
 
     return optax.GradientTransformation(_init, update)

@@ -23,9 +23,10 @@ SIGMA = 0.05
 
 def _setup(num_silos=6, clients_per_round=4, **kw):
     data = from_silos(make_silos([30, 25, 40, 20, 35, 28][:num_silos], features=5))
-    algo = dp_rec_lib.dp_rec(logistic_loss, client_opt=optax.sgd(0.1), clients_per_round=clients_per_round,
-                             batch_size=8, prior_std=SIGMA, clip_multiplier=1.0, **kw)
     params = init_linear(5)
+    algo = dp_rec_lib.dp_rec(logistic_loss, params=params, client_opt=optax.sgd(0.1),
+                             clients_per_round=clients_per_round, batch_size=8, prior_std=SIGMA, clip_multiplier=1.0,
+                             **kw)
     return data, algo, params
 
 
@@ -85,8 +86,8 @@ def test_decoded_updates_average_to_the_clipped_update():
     """Over many rounds of one silo, the mean decoded update approaches the silo's clipped update."""
     data = from_silos(make_silos([40], features=5))
     params = init_linear(5)
-    algo = dp_rec_lib.dp_rec(logistic_loss, client_opt=optax.sgd(0.5), clients_per_round=1, batch_size=40,
-                             prior_std=SIGMA, clip_multiplier=0.8, layout=rec.whole(6, 8))
+    algo = dp_rec_lib.dp_rec(logistic_loss, params=params, client_opt=optax.sgd(0.5), clients_per_round=1,
+                             batch_size=40, prior_std=SIGMA, clip_multiplier=0.8, layout=rec.whole(6, 8))
     state = algo.init(params)
     steps = jax.jit(jax.vmap(lambda k: ravel_pytree(algo.round(state, data, k)[0].params)[0]))(
         jax.random.split(jax.random.PRNGKey(0), 4000))
@@ -117,30 +118,33 @@ def test_history_replay_reproduces_the_server_model():
 
 
 def test_privacy_is_one_with_replacement_round_of_dprec_steps():
-    data, algo, params = _setup()
-    with pytest.raises(ValueError, match="init"):
-        dp_rec_lib.dp_rec(logistic_loss, client_opt=optax.sgd(0.1), clients_per_round=4, batch_size=8,
-                          prior_std=SIGMA, clip_multiplier=1.0).privacy(np.asarray(data.counts))
-    algo.init(params)
+    data, algo, params = _setup()  # never initialised: the statement exists as soon as the algorithm is built
     privacy = algo.privacy(np.asarray(data.counts))
-    assert privacy.level == "client"
+    assert privacy.level == "client" and privacy.relation is dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     assert privacy.events == (dp_accounting.SampledWithReplacementDpEvent(6, 4, DprecDpEvent(1.0, 14)),)
+    # a template of shapes is enough, and gives the same statement
+    template = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
+    shaped = dp_rec_lib.dp_rec(logistic_loss, params=template, client_opt=optax.sgd(0.1), clients_per_round=4,
+                               batch_size=8, prior_std=SIGMA, clip_multiplier=1.0)
+    assert shaped.privacy(np.asarray(data.counts)) == privacy
+    with pytest.raises(ValueError, match="init got params"):
+        shaped.init(init_linear(6))
 
 
 @pytest.mark.parametrize("kwargs,match", [({"clients_per_round": 0}, "clients_per_round"),
                                           ({"prior_std": 0.0}, "prior_std"),
                                           ({"clip_multiplier": float("inf")}, "clip_multiplier")])
 def test_bad_hyperparameters_are_named(kwargs, match):
-    args = dict(client_opt=optax.sgd(0.1), clients_per_round=4, batch_size=8, prior_std=SIGMA, clip_multiplier=1.0)
+    args = dict(params=init_linear(5), client_opt=optax.sgd(0.1), clients_per_round=4, batch_size=8, prior_std=SIGMA,
+                clip_multiplier=1.0)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         dp_rec_lib.dp_rec(logistic_loss, **args)
 
 
 def test_layout_must_cover_the_model():
-    _, algo, params = _setup(layout=rec.whole(5, 7))
     with pytest.raises(ValueError, match="covers 5 entries but the model has 6"):
-        algo.init(params)
+        _setup(layout=rec.whole(5, 7))
 
 
 def test_communication_ledger_counts_histories_by_hand():

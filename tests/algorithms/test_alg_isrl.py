@@ -189,7 +189,8 @@ def test_one_pass_batches_are_disjoint_and_privacy_composes_in_parallel():
                                            noise_multiplier=4.0)
     privacy = noisy.privacy(np.array([n, n]))
     assert privacy.composition == "parallel" and privacy.round_limit == n // k
-    ledger = SiloLedger(list(privacy.events), composition="parallel", round_limit=privacy.round_limit)
+    ledger = SiloLedger(list(privacy.events), composition="parallel", round_limit=privacy.round_limit,
+                        neighboring_relation=privacy.relation)
     one = ledger.copy().record(1).epsilon(1e-5)
     assert ledger.copy().record(n // k).epsilon(1e-5) == pytest.approx(one)
     assert ledger.copy().record(n // k + 1).epsilon(1e-5) == math.inf
@@ -202,7 +203,8 @@ def test_one_pass_calibration_is_certified_by_rdp():
                                                                                     radius=1.0),
                                          batch_size=25, clip_norm=1.0, noise_multiplier=cal.noise_multiplier)
     p = alg.privacy(np.array([500]))
-    ledger = SiloLedger(list(p.events), composition=p.composition, round_limit=p.round_limit).record(20)
+    ledger = SiloLedger(list(p.events), composition=p.composition, round_limit=p.round_limit,
+                        neighboring_relation=p.relation).record(20)
     assert ledger.epsilon(1e-5) <= 1.0
 
 
@@ -265,7 +267,8 @@ def test_sdp_accelerated_without_noise_bits_matches_the_gaussian_free_run():
     data = from_silos(make_silos([60, 60, 60], seed=3))
     schedule = isrl.acsa_schedule(5, smoothness=1.0, noise_std=0.1, radius=2.0)
     exact = isrl.accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=50.0)
-    sdp = isrl.sdp_accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=50.0,
+    sdp = isrl.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(5), schedule=schedule, batch_size=10,
+                                             clip_norm=50.0,
                                              shuffle_params=ShuffleParams(2**20, 0, 0.25), silos_per_round=3)
     a = train(exact, data, init_linear(5), rounds=5, key=2, progress=False).state.params
     b = train(sdp, data, init_linear(5), rounds=5, key=2, progress=False).state.params
@@ -280,10 +283,9 @@ def test_sdp_accelerated_privacy_is_parallel_and_central():
 
     d, k, m = 6, 10, 3
     params = shuffle.pvec_parameters(2.0, 1e-6, num_users=m * k, dim=d)
-    alg = isrl.sdp_accelerated_minibatch_sgd(logistic_loss, schedule=isrl.acsa_schedule(4, smoothness=1.0, noise_std=0.1,
-                                                                                         radius=1.0),
+    alg = isrl.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(d - 1),  # 5 weights + bias = 6
+                                             schedule=isrl.acsa_schedule(4, smoothness=1.0, noise_std=0.1, radius=1.0),
                                              batch_size=k, clip_norm=1.0, shuffle_params=params, silos_per_round=m)
-    alg.init(init_linear(d - 1))  # 5 weights + bias = 6 parameters
     counts = np.array([40, 40, 40])
     central = make_ledger(alg, counts, "shuffle", central=True)
     assert central.copy().record(4).epsilon(1e-6) == pytest.approx(central.copy().record(1).epsilon(1e-6))

@@ -229,8 +229,8 @@ def test_alt_fed_spider_is_spider_with_phase_two():
 def test_sdp_spider_is_unbiased_and_states_the_shuffled_guarantee():
     data = _data()
     params = shuffle.ShuffleParams(64, 40, 0.25)
-    sdp = nc.sdp_fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=5.0, checkpoint_params=params,
-                                difference_params=params, silos_per_round=SILOS)
+    sdp = nc.sdp_fedprox_spider(_loss, params=P0, step_size=ETA, phase_length=2, clip_norm=5.0,
+                                checkpoint_params=params, difference_params=params, silos_per_round=SILOS)
     v, g = _directions(sdp, data, rounds=2, num_seeds=300)
     _assert_unbiased(v - g)
     privacy = sdp.privacy(data.counts)
@@ -250,5 +250,5 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="restart_length"):
         nc.fedprox_svrg(_loss, step_size=ETA, batch_size=2, epoch_length=3, clip_norm=1.0, restart_length=4)
     with pytest.raises(ValueError, match="silos per round"):
-        nc.sdp_prox_sgd(_loss, step_size=ETA, batch_size=2, clip_norm=1.0, shuffle_params=(8, 20, 0.25),
+        nc.sdp_prox_sgd(_loss, params=P0, step_size=ETA, batch_size=2, clip_norm=1.0, shuffle_params=(8, 20, 0.25),
                         silos_per_round=None)

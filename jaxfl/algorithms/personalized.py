@@ -1,0 +1,155 @@
+"""Personalised local heads (FedPer / FedRep style): shared parameters are averaged across silos, the
+rest ("private" parameters, e.g. a classification head) stay on each silo, in its silo state.
+
+The split is given by ``shared=``: a label tree (the params' structure, or a prefix of it, with leaves
+``"shared"`` / ``"private"``, like ``optax.multi_transform``'s labels) or a predicate
+``(path, leaf) -> bool`` (True: shared) as for ``jax.tree_util.tree_map_with_path``. Labels are computed
+from the params whenever needed (inside ``init``, ``round``, ...), so the algorithm keeps no template.
+A "part" is the params tree with ``None`` in place of the other part's leaves (equinox-style partition).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxfl.algorithms.common import check_private_args, per_silo_noise, safe_mean, sampled_silo_privacy
+from jaxfl.engine import local
+from jaxfl.engine.participation import resolve
+from jaxfl.engine.protocol import FederatedAlgorithm, ServerState
+from jaxfl.engine.rounds import make_round
+
+_tmap = jax.tree_util.tree_map
+_is_none = lambda v: v is None  # noqa: E731
+
+
+def shared_labels(shared, params):
+    """A tree of Python bools shaped like ``params``: True on shared leaves (see the module docstring)."""
+    if callable(shared):
+        def label(path, leaf):
+            value = shared(path, leaf)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"the shared predicate must return a Python bool (from the path / shape), got "
+                                f"{type(value).__name__} at {jax.tree_util.keystr(path)}")
+            return bool(value)
+        labels = jax.tree_util.tree_map_with_path(label, params)
+    else:
+        def expand(lab, subtree):
+            if lab not in ("shared", "private"):
+                raise ValueError(f"shared labels must be 'shared' or 'private', got {lab!r}")
+            return _tmap(lambda _: lab == "shared", subtree)
+        labels = _tmap(expand, shared, params)
+    flags = jax.tree_util.tree_leaves(labels)
+    if all(flags) or not any(flags):
+        raise ValueError(f"personalized needs shared and private leaves; the split gives {sum(flags)} shared of {len(flags)}")
+    return labels
+
+
+def partition(params, labels, want_shared: bool):
+    """The shared (or private) part: ``params`` with ``None`` in place of the other leaves."""
+    return _tmap(lambda lab, p: p if lab == want_shared else None, labels, params)
+
+
+def merge(first, second):
+    """Recombines two parts of :func:`partition` (each leaf is set in exactly one of them)."""
+    return _tmap(lambda a, b: b if a is None else a, first, second, is_leaf=_is_none)
+
+
+def _per_part(opt: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``opt`` applied to the shared and the private part of a ``(shared, private)`` pair separately, so no
+    cross-leaf operation of ``opt`` (global-norm clipping, ...) mixes the private gradient into the shared one."""
+
+    def update(grads, state, params=None):
+        (u_s, s_s), (u_p, s_p) = (opt.update(g, s, p) for g, s, p in zip(grads, state, params or (None, None)))
+        return (u_s, u_p), (s_s, s_p)
+
+    return optax.GradientTransformation(lambda pair: tuple(opt.init(p) for p in pair), update)
+
+
+def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, local_steps: int,
+                 server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
+                 sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
+                 noise_on: str = "all", name: str | None = None) -> FederatedAlgorithm:
+    """Shared body + per-silo private parameters (FedPer-style joint local training).
+
+    Every silo's private part starts at the initial params' private leaves. Per round each participant
+    runs ``local_steps`` steps of ``client_opt`` (applied to the two parts separately) on one minibatch
+    per step, keeps its private part and sends the shared delta only; the server applies ``server_opt``
+    (default ``optax.sgd(1.0)``) to the mean delta. ``state.params`` is the shared model (private leaves
+    at their initial values); ``silo_params(state)`` is every silo's own model.
+
+    With ``noise_multiplier > 0``, ``noise_on`` says where the Gaussian mechanism acts:
+
+    - ``"all"`` (default): every local step is DP-SGD on the whole model, per-example clipping of the
+      joint (shared + private) gradient to ``clip_norm`` and ``N(0, (z C)^2)`` noise on both parts. The
+      private part is post-processing of the silo's noisy steps, so the statement
+      ``sampled_silo_privacy(sampler, z, local_steps)`` (ISRL-DP for one record of the silo, under the
+      sampler's neighbouring relation) covers everything the silo computes, its private part included.
+    - ``"shared"``: clipping and noise on the shared part only; the private part trains on the plain
+      minibatch gradient. **No privacy is stated** (``privacy`` is None and a budget is refused): the shared
+      gradients are taken at the private part, which depends on every record of the silo, so one record
+      moves all the other records' shared gradients and per-example clipping does not bound the
+      sensitivity. (Joint-DP analyses of this structure, seed 001, treat that dependence explicitly.)
+    """
+    private = check_private_args(clip_norm, noise_multiplier)
+    sampler = local.make_sampler(batch_size, sampling_rate)
+    server_opt = optax.sgd(1.0) if server_opt is None else server_opt
+    num_steps = int(local_steps)
+    if num_steps < 1:
+        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
+    if noise_on not in ("all", "shared"):
+        raise ValueError(f"noise_on must be 'all' or 'shared', got {noise_on!r}")
+    shared_z, silo_z = per_silo_noise(noise_multiplier)
+    part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
+
+    def init(params):
+        return ServerState(params, server_opt.init(part(params, True)), jnp.zeros([], jnp.int32))
+
+    def init_silos(params, num_silos):
+        return _tmap(lambda p: jnp.repeat(jnp.asarray(p)[None], num_silos, axis=0), part(params, False))
+
+    def client(sent, x, y, count, silo_key, z=shared_z, *, silo_state):
+        start = part(sent, True)
+
+        def joint_gradient(parts, step, drawn):  # DP-SGD on the whole model
+            return local.noisy_gradient(lambda sp, xj, yj: loss_fn(merge(*sp), xj, yj), parts, x, y, count, silo_key,
+                                        step, sampler=sampler, clip_norm=clip_norm, noise_multiplier=z, drawn=drawn)
+
+        def gradient(parts, step, drawn):  # clipping and noise on the shared part only
+            s, p = parts
+            g_s, info = local.noisy_gradient(lambda s_, xj, yj: loss_fn(merge(s_, p), xj, yj), s, x, y, count,
+                                             silo_key, step, sampler=sampler, clip_norm=clip_norm,
+                                             noise_multiplier=z, drawn=drawn)
+            g_p, _ = local.noisy_gradient(lambda p_, xj, yj: loss_fn(merge(s, p_), xj, yj), p, x, y, count,
+                                          silo_key, step, sampler=sampler, clip_norm=math.inf, noise_multiplier=0,
+                                          drawn=(drawn[0], None))
+            return (g_s, g_p), info
+
+        joint = noise_on == "all"
+        (final, own), info = local.local_steps(
+            (start, silo_state), num_steps=num_steps, client_opt=_per_part(client_opt),
+            gradient_fn=joint_gradient if joint else gradient,
+            draw_fn=local.step_draws(sampler, silo_key, count, x.shape[0], (start, silo_state) if joint else start, z))
+        return _tmap(jnp.subtract, start, final), info, own
+
+    def server(state, summed, ctx):
+        mean = safe_mean(summed, ctx.total_weight)
+        shared_now = part(state.params, True)
+        updates, opt_state = server_opt.update(mean, state.opt_state, shared_now)
+        params = merge(optax.apply_updates(shared_now, updates), part(state.params, False))
+        return ServerState(params, opt_state, state.round + 1), {"update_norm": optax.tree.norm(mean)}
+
+    def silo_params(state):
+        own = state.silos
+        num_silos = jax.tree_util.tree_leaves(own)[0].shape[0]
+        return merge(_tmap(lambda a: jnp.broadcast_to(a, (num_silos,) + jnp.shape(a)), part(state.params, True)), own)
+
+    return FederatedAlgorithm(
+        init=init,
+        round=make_round(client, server, resolve(silos_per_round), per_silo=silo_z, silo_state=True),
+        privacy=sampled_silo_privacy(sampler, noise_multiplier, num_steps) if private and noise_on == "all" else None,
+        name=name or ("dp_personalized" if private and noise_on == "all" else "personalized"),
+        init_silos=init_silos, silo_params=silo_params)
