@@ -170,3 +170,24 @@ def test_silo_state_client_must_return_its_new_state(small_data):
                              init_silos=lambda params, n: {"c": jnp.zeros((n,))})
     with pytest.raises(ValueError, match="new_silo_state"):
         run_rounds(alg, initial_state(alg, init_linear(5), small_data.num_silos), small_data, jax.random.key(0), 0, 1)
+
+
+def test_sweep_runs_algorithms_with_silo_state_and_schedules(small_data):
+    """sweep builds each configuration's SiloState and feeds a schedule through its scan."""
+    from jaxfl.algorithms import minibatch_sgd, scaffold
+    from jaxfl.engine import PerRound, sweep
+
+    build = lambda lr: scaffold(logistic_loss, client_opt=optax.sgd(lr), local_steps=3, batch_size=6,  # noqa: E731
+                                silos_per_round=3)
+    out = sweep(build, {"lr": [0.1, 0.3]}, small_data, init_linear(5), rounds=4, seeds=[0, 2])
+    for i, lr in enumerate([0.1, 0.3]):
+        for j, seed in enumerate([0, 2]):
+            single = train(build(lr), small_data, init_linear(5), rounds=4, key=seed, progress=False)
+            np.testing.assert_allclose(out.params["w"][i, j], single.state.params["w"], rtol=1e-5, atol=1e-6)
+    rates = PerRound(np.linspace(0.2, 0.9, 6))
+    grow = lambda lr: minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=rates)  # noqa: E731
+    out = sweep(grow, {"lr": [0.5]}, small_data, init_linear(5), rounds=6, seeds=[1])
+    single = train(grow(0.5), small_data, init_linear(5), rounds=6, key=1, eval_every=4, progress=False)
+    np.testing.assert_allclose(out.params["w"][0, 0], single.state.params["w"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="runs past the schedule"):
+        sweep(grow, {"lr": [0.5]}, small_data, init_linear(5), rounds=7)
