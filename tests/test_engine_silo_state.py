@@ -129,17 +129,23 @@ def test_silo_eval_reports_one_value_per_silo(tmp_path, small_data):
 
 
 def test_silo_state_bitwise_identical_on_one_and_four_devices():
+    """Stateful silos (momentum, SCAFFOLD's control variates, personalised heads with ISRL-DP noise), with
+    and without clients_per_pass: the same model, silo state and per-silo metrics on no mesh, 1 and 4 devices."""
     script = textwrap.dedent("""
-        import jax, numpy as np
+        import jax, numpy as np, optax
         from _helpers import make_silos
         from test_engine_silo_state import momentum_sgd
+        from jaxfl.algorithms import personalized, scaffold
         from jaxfl.data.federated import from_silos
         from jaxfl.engine import sharding, train
-        from jaxfl.models import init_linear
+        from jaxfl.models import init_linear, logistic_loss
         assert jax.device_count() == 4, jax.devices()
         data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28], seed=4))  # 7 silos: padded to 8 on 4 devices
-        for per_pass in (None, 2):
-            alg, _ = momentum_sgd(silos_per_round=4, clients_per_pass=per_pass)
+        algs = [momentum_sgd(silos_per_round=4, clients_per_pass=per_pass)[0] for per_pass in (None, 2)] + [
+            scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, silos_per_round=4),
+            personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
+                         local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=5)]
+        for alg in algs:
             outs = []
             for mesh in [None, sharding.silo_mesh(jax.devices()[:1]), sharding.silo_mesh(jax.devices())]:
                 res = train(alg, data, init_linear(5), rounds=6, key=7, eval_every=3, mesh=mesh, progress=False,
@@ -150,7 +156,7 @@ def test_silo_state_bitwise_identical_on_one_and_four_devices():
                 silos = jax.tree_util.tree_map(lambda a: np.asarray(a)[:7], res.state.silos)
                 outs.append(np.concatenate([np.ravel(l) for l in jax.tree_util.tree_leaves((res.state.params, silos))]
                                            + [np.asarray(res.history[-1]["silos"]["w0"])]))
-            assert all(np.array_equal(outs[0], o) for o in outs[1:]), outs
+            assert all(np.array_equal(outs[0], o) for o in outs[1:]), (alg.name, outs)
             assert len(res.history[-1]["silos"]["w0"]) == 7
         print("BITWISE-OK")
     """)
