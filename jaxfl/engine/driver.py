@@ -126,13 +126,18 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
     return ledger_lib.SiloLedger(list(privacy.events), accountant=accountant, **kwargs)
 
 
+def check_delta(delta) -> None:
+    """Raises ValueError unless ``delta`` (a scalar or one value per silo) lies in (0, 1)."""
+    for d in np.atleast_1d(delta):
+        if not 0.0 < float(d) < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {d}")
+
+
 def _check_budget_args(target_epsilon, delta, ledger):
     if target_epsilon is not None and not target_epsilon > 0:
         raise ValueError(f"target_epsilon must be > 0, got {target_epsilon}")
     if delta is not None:
-        for d in np.atleast_1d(delta):
-            if not 0.0 < float(d) < 1.0:
-                raise ValueError(f"delta must be in (0, 1), got {d}")
+        check_delta(delta)
     if target_epsilon is not None and delta is None:
         raise ValueError("target_epsilon needs a delta")
     if target_epsilon is not None and ledger is None:

@@ -4,11 +4,17 @@ Factories bind hyperparameters as traceable values, so a grid over epsilons (noi
 step sizes and seeds is a ``vmap`` of :func:`jaxfl.engine.driver.run_rounds`::
 
     out = sweep(lambda lr, z: minibatch_sgd(loss, server_opt=optax.sgd(lr), noise_multiplier=z, ...),
-                {"lr": [0.1, 0.3], "z": [1.0, 2.0]}, data, params, rounds=35, seeds=range(3))
-    out.params  # leaves shaped [2 configs... , 3 seeds, *param_shape] (grid axes flattened: [4, 3, ...])
+                {"lr": [0.1, 0.3], "z": [1.0, 2.0]}, data, params, rounds=35, seeds=range(3), delta=1e-5)
+    out.params    # leaves shaped [2 configs... , 3 seeds, *param_shape] (grid axes flattened: [4, 3, ...])
+    out.epsilons  # float64[4]: each configuration's epsilon after 35 rounds, from its own ledger
+
+The data, the initial parameters and the evaluation data are arguments of the compiled program, and the
+program is cached per (``build``, grid names, rounds, ``evaluate``): a new trial's data of the same
+shapes reuses it without recompiling (pass the same ``build`` and ``evaluate`` functions).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -17,19 +23,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.data.federated import FederatedData
-from jaxfl.engine.driver import check_schedule, run_rounds
+from jaxfl.engine.driver import check_delta, check_schedule, make_ledger, run_rounds
 from jaxfl.engine.protocol import initial_state
 
 
 class SweepResult(NamedTuple):
     """``configs``: one dict per grid point (row-major over the grid's keys);
-    ``params``/``infos``/``metrics``: leaves ``[len(configs), len(seeds), ...]``."""
+    ``params``/``infos``/``metrics``: leaves ``[len(configs), len(seeds), ...]``;
+    ``epsilons``: ``float64[len(configs)]``, each configuration's epsilon (nats; the worst silo's for
+    ISRL-DP) after the sweep's rounds at its ``delta``, ``inf`` for configurations that are not private,
+    or None when no ``delta`` was given."""
 
     configs: list
     seeds: np.ndarray
     params: Any
     infos: Any
     metrics: Any
+    epsilons: np.ndarray | None = None
 
 
 def grid_points(grid: dict[str, Sequence]) -> list[dict]:
@@ -39,34 +49,81 @@ def grid_points(grid: dict[str, Sequence]) -> list[dict]:
 
 
 def sweep(build: Callable[..., Any], grid: dict[str, Sequence], data: FederatedData, params, *, rounds: int,
-          seeds: Sequence[int] = (0,), evaluate: Callable[[Any], dict] | None = None,
-          configs_per_batch: int | None = None) -> SweepResult:
+          seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
+          configs_per_batch: int | None = None, delta=None, accountant: str = "rdp") -> SweepResult:
     """Runs ``build(**config)`` for every grid point and seed as vmapped, compiled programs.
 
     Args:
-      build: ``**hyperparameters -> FederatedAlgorithm``; every value arrives as a traced scalar.
+      build: ``**hyperparameters -> FederatedAlgorithm``; every value arrives as a traced scalar (and, for
+        the accounting, as a Python float).
       grid: hyperparameter name -> values.
+      data, params: the silos' data and the initial parameters (arguments of the compiled program).
       seeds: root seeds; run ``(config, seed)`` uses ``jax.random.key(seed)``.
-      evaluate: optional ``params -> dict of scalars``, vmapped over the final models.
+      evaluate: optional ``params -> dict of scalars`` (``(params, eval_data) -> dict`` when ``eval_data``
+        is given), vmapped over the final models.
+      eval_data: optional pytree handed to ``evaluate`` as an argument of the program (e.g. a trial's
+        test set), so that new evaluation data does not recompile either.
       configs_per_batch: run the grid in batches of this many configs (bounds memory); default all.
+      delta: if given (a scalar, or one value per silo with records), every configuration is accounted:
+        ``build(**config)``'s ledger (:func:`jaxfl.engine.driver.make_ledger`) records ``rounds`` rounds
+        and ``SweepResult.epsilons`` holds its epsilon at ``delta``.
+      accountant: the ledger's accountant (``"rdp"``, ``"pld"``, ``"lowy"``, ...).
     """
+    if delta is not None:
+        check_delta(delta)
     configs = grid_points(grid)
-    names = list(grid)
+    names = tuple(grid)
     seeds = np.asarray(list(seeds))
     table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in names}
     table["__config__"] = jnp.arange(len(configs))  # gives vmap an axis even for an empty grid
+    program = _program(build, names, int(rounds), evaluate, eval_data is not None)
+    out = run_batched(program, table, seeds, configs_per_batch, data, params, eval_data)
+    epsilons = None if delta is None else _account(build, configs, np.asarray(data.counts), int(rounds), delta,
+                                                   accountant)
+    return SweepResult(configs, seeds, *out, epsilons)
 
-    def one(hp, seed):
-        algorithm = build(**{n: v for n, v in hp.items() if n != "__config__"})
+
+@functools.lru_cache(maxsize=64)
+def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool):
+    """The jitted grid program ``(table, seeds, data, params, eval_data) -> (params, infos, metrics)``;
+    cached, so that jit's own cache serves every later call with arguments of the same shapes."""
+
+    def one(hp, seed, data, params, eval_data):
+        algorithm = build(**{n: hp[n] for n in names})
         check_schedule(algorithm, rounds)
         state = initial_state(algorithm, params, data.num_silos)
         state, infos = run_rounds(algorithm, state, data, jax.random.key(seed), 0, rounds)
-        metrics = evaluate(state.params) if evaluate is not None else {}
+        if evaluate is None:
+            metrics = {}
+        else:
+            metrics = evaluate(state.params, eval_data) if with_eval_data else evaluate(state.params)
         return state.params, infos, metrics
 
-    over_seeds = jax.vmap(one, in_axes=(None, 0))
-    program = jax.jit(jax.vmap(over_seeds, in_axes=(0, None)))
-    return SweepResult(configs, seeds, *run_batched(program, table, seeds, configs_per_batch))
+    over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None))
+    return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None)))
+
+
+def _account(build, configs: list, counts: np.ndarray, rounds: int, delta, accountant: str) -> np.ndarray:
+    """``float64[len(configs)]``: each configuration's epsilon after ``rounds`` rounds at ``delta``; the
+    ledger is computed once per distinct privacy statement (a step-size grid shares one)."""
+    epsilons = np.empty(len(configs))
+    known: dict = {}
+    for i, config in enumerate(configs):
+        algorithm = build(**{n: float(v) for n, v in config.items()})
+        check_schedule(algorithm, rounds)
+        statement = None if algorithm.privacy is None else algorithm.privacy(counts)
+        try:
+            epsilons[i] = known[statement]
+            continue
+        except (KeyError, TypeError):  # new, or unhashable (events holding lists): computed anew
+            pass
+        ledger = make_ledger(algorithm, counts, accountant)
+        epsilons[i] = np.inf if ledger is None else ledger.record(rounds).epsilon(delta)
+        try:
+            known[statement] = epsilons[i]
+        except TypeError:
+            pass
+    return epsilons
 
 
 def run_batched(program: Callable, table: dict, seeds, configs_per_batch: int | None = None, *args):

@@ -21,7 +21,7 @@ from sklearn.model_selection import train_test_split
 from jaxfl.accounting import noise_multiplier_for
 from jaxfl.algorithms import local_sgd, minibatch_sgd
 from jaxfl.data import iid, load_breast_cancer, standardize
-from jaxfl.engine import make_ledger, sweep
+from jaxfl.engine import sweep
 from jaxfl.experiments.registry import register
 from jaxfl.experiments.results import run_record, write_results
 from jaxfl.models import binary_accuracy, init_linear, logistic_loss
@@ -61,21 +61,19 @@ def run(quick: bool = False, seeds: int | None = None):
     rows, curves = [], []
     for name, build in settings:
         t0 = time.perf_counter()
-        out = sweep(build, {}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate)
+        out = sweep(build, {}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate, delta=deltas)
         acc = out.metrics["test_accuracy"][0]
-        rows.append(dict(setting=name, target=None, spent=math.inf, z=0.0, accuracy=acc,
+        rows.append(dict(setting=name, target=None, spent=float(out.epsilons[0]), z=0.0, accuracy=acc,
                          seconds=time.perf_counter() - t0))
         curves += _curves(name, None, out, seed_list)
 
     # All DP settings in one vmapped program: the noise multiplier is a traced hyperparameter.
     t0 = time.perf_counter()
     zs = [noise_multiplier_for(eps, RATE, ROUNDS, float(deltas.min())) for eps in epsilons]
-    out = sweep(dp_sgd, {"z": zs}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate)
+    out = sweep(dp_sgd, {"z": zs}, data, params, rounds=ROUNDS, seeds=seed_list, evaluate=evaluate, delta=deltas)
     seconds = (time.perf_counter() - t0) / len(zs)
     for i, (eps, z) in enumerate(zip(epsilons, zs)):
-        ledger = make_ledger(dp_sgd(z), counts)
-        ledger.record(ROUNDS)
-        spent = float(ledger.epsilon(deltas))
+        spent = float(out.epsilons[i])
         if spent > eps + 1e-9:
             raise AssertionError(f"calibrated run spent epsilon {spent} > target {eps}")
         rows.append(dict(setting="ISRL-DP minibatch SGD", target=eps, spent=spent, z=float(z),

@@ -1,0 +1,53 @@
+"""engine.sweep: the data as an argument of one cached program, and every configuration accounted."""
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxfl.algorithms import minibatch_sgd
+from jaxfl.data.federated import from_silos
+from jaxfl.engine import make_ledger, sweep, train
+from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+from _helpers import make_silos
+
+
+def _build(lr, z):
+    return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, clip_norm=1.0, noise_multiplier=z)
+
+
+def test_every_configuration_is_accounted_by_its_own_ledger(small_data):
+    grid = {"lr": [0.1, 0.5], "z": [0.0, 0.8, 2.0]}
+    deltas = 1.0 / np.asarray(small_data.counts, float) ** 2
+    out = sweep(_build, grid, small_data, init_linear(5), rounds=6, seeds=[0], delta=deltas)
+    assert out.epsilons.shape == (6,)
+    for config, epsilon in zip(out.configs, out.epsilons):
+        ledger = make_ledger(_build(**config), np.asarray(small_data.counts))
+        expected = np.inf if ledger is None else ledger.record(6).epsilon(deltas)
+        assert epsilon == expected, (config, epsilon, expected)
+    assert np.isinf(out.epsilons[0]) and 0 < out.epsilons[2] < out.epsilons[1] < np.inf  # z = 0, 2.0, 0.8
+    run = train(_build(0.1, 2.0), small_data, init_linear(5), rounds=6, delta=deltas, progress=False)
+    assert out.epsilons[2] == run.epsilon
+    assert sweep(_build, grid, small_data, init_linear(5), rounds=2).epsilons is None
+
+
+def test_new_data_of_the_same_shapes_reuses_the_compiled_program():
+    traces = []
+
+    def build(lr):
+        traces.append(lr)
+        return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), batch_size=4)
+
+    def evaluate(params, test):
+        return {"acc": binary_accuracy(params, test[0], test[1])}
+
+    first, second = (from_silos(make_silos([30, 20, 25], seed=s)) for s in (1, 2))
+    tests = [(jnp.asarray(d.x.reshape(-1, 5)), jnp.asarray(d.y.reshape(-1))) for d in (first, second)]
+    a = sweep(build, {"lr": [0.1, 0.4]}, first, init_linear(5), rounds=3, evaluate=evaluate, eval_data=tests[0])
+    b = sweep(build, {"lr": [0.1, 0.4]}, second, init_linear(5), rounds=3, evaluate=evaluate, eval_data=tests[1])
+    assert len(traces) == 1  # one trace of the grid program for both datasets
+    assert not np.array_equal(a.params["w"], b.params["w"])
+    single = train(build(0.4), second, init_linear(5), rounds=3, key=0, progress=False)
+    np.testing.assert_allclose(b.params["w"][1, 0], single.state.params["w"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.metrics["acc"][1, 0], binary_accuracy(single.state.params, *tests[1]), atol=1e-6)
+    with pytest.raises(ValueError, match="delta"):
+        sweep(build, {"lr": [0.1]}, first, init_linear(5), rounds=3, delta=2.0)
