@@ -22,7 +22,7 @@ from jaxfl.engine.metrics import read_metrics
 from jaxfl.models import binary_accuracy, init_linear, logistic_loss
 from _helpers import make_silos
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _dp_sgd(z=1.0, q=0.2, lr=0.5):

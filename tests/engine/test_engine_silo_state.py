@@ -18,7 +18,7 @@ from jaxfl.engine.metrics import read_metrics
 from jaxfl.engine.rounds import make_round
 from jaxfl.models import init_linear, logistic_loss
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def momentum_sgd(silos_per_round=None, clients_per_pass=None, z=1.0, beta=0.9):
@@ -160,8 +160,9 @@ def test_silo_state_bitwise_identical_on_one_and_four_devices():
             assert len(res.history[-1]["silos"]["w0"]) == 7
         print("BITWISE-OK")
     """)
+    paths = [REPO / "tests", REPO / "tests" / "engine", REPO]
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+               PYTHONPATH=os.pathsep.join(str(p) for p in paths))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
 
