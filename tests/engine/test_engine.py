@@ -121,6 +121,7 @@ def test_chunking_does_not_change_results(small_data):
     assert _leaves_equal(a.state, b.state)
 
 
+@pytest.mark.slow  # a 4-device subprocess, ~20-40 s: second tier
 def test_bitwise_identical_on_one_and_four_devices():
     script = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np, optax

@@ -128,6 +128,7 @@ def test_silo_eval_reports_one_value_per_silo(tmp_path, small_data):
         assert record["silos"]["acc"][i] == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.slow  # a 4-device subprocess, ~20-40 s: second tier
 def test_silo_state_bitwise_identical_on_one_and_four_devices():
     """Stateful silos (momentum, SCAFFOLD's control variates, personalised heads with ISRL-DP noise), with
     and without clients_per_pass: the same model, silo state and per-silo metrics on no mesh, 1 and 4 devices."""

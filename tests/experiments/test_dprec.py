@@ -21,7 +21,7 @@ def test_traffic_of_the_papers_full_settings_matches_table_1():
     assert femnist["dp_rec_full_downloads"] == 0
 
 
-@pytest.mark.parametrize("name", ["dprec/mnist", "dprec/femnist-scale"])
+@pytest.mark.parametrize("name", [pytest.param("dprec/mnist", marks=pytest.mark.slow), "dprec/femnist-scale"])
 def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
     from jaxfl.experiments.registry import get_experiment
 

@@ -2,7 +2,6 @@
 construction against closed-form facts, the noise calibration and the grid program."""
 import csv
 import dataclasses
-import json
 import math
 
 import jax
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 
 from jaxfl.accounting.lowy_convex import noise_multiplier_from_sigma, sigma_experiment_local_sgd, sigma_experiment_mbsgd
-from jaxfl.cli import main
 from jaxfl.data import EVEN_ODD_PAIRS, from_silos, load_insurance, load_mnist, load_obesity
 from jaxfl.engine import sweep
 from jaxfl.experiments import lowy_convex as LC
@@ -20,6 +18,7 @@ from jaxfl.experiments.lowy_convex_report import replot
 from jaxfl.experiments.registry import experiments
 
 NAMES = ["lowy-convex/mnist", "lowy-convex/insurance", "lowy-convex/obesity"]
+SMOKE = "lowy-convex/insurance"  # the paper's end-to-end smoke test in the fast tier; the other quick forms are slow
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -27,22 +26,11 @@ PNG = b"\x89PNG\r\n\x1a\n"
 # Quick forms through the command line
 
 
-@pytest.fixture(scope="module")
-def quick_results(tmp_path_factory):
-    """Runs every quick form once through ``jaxfl reproduce NAME --quick --out DIR``."""
-    out = {}
-    for name in NAMES:
-        d = tmp_path_factory.mktemp(name.replace("/", "_"))
-        assert main(["reproduce", name, "--quick", "--out", str(d)]) == 0
-        out[name] = (d, json.loads((d / "results.json").read_text()))
-    return out
-
-
 def test_names_with_a_slash_are_registered():
     assert set(NAMES) <= set(experiments())
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == SMOKE else pytest.mark.slow) for n in NAMES])
 def test_quick_form_writes_the_results_schema(quick_results, name):
     d, doc = quick_results[name]
     assert doc["experiment"] == name and {"jaxfl_version", "config", "runs", "environment"} <= set(doc)
@@ -81,6 +69,7 @@ def _mean_error(doc, algorithm, epsilon=None):
     return float(np.mean(errs))
 
 
+@pytest.mark.slow
 def test_mnist_quick_is_sane(quick_results):
     _, doc = quick_results["lowy-convex/mnist"]
     assert _mean_error(doc, "MB-SGD (non-private)") < 0.3          # chance is 0.5
@@ -95,6 +84,7 @@ def test_insurance_quick_beats_the_naive_predictor_without_privacy(quick_results
     assert _mean_error(doc, "Local SGD (non-private)") < 1.0
 
 
+@pytest.mark.slow
 def test_obesity_quick_errors_are_rates(quick_results):
     _, doc = quick_results["lowy-convex/obesity"]
     assert all(0.0 <= r["metrics"]["test_error"] <= 1.0 for r in doc["runs"])

@@ -15,21 +15,11 @@ from jaxfl.experiments.lowy_nonconvex_report import replot
 from jaxfl.experiments.registry import BENCHMARKS, experiments
 
 NAMES = ["lowy-nonconvex/mnist", "lowy-nonconvex/cifar10", "lowy-nonconvex/wbcd"]
+SMOKE = "lowy-nonconvex/wbcd"  # the paper's end-to-end smoke test in the fast tier; the other quick forms are slow
 PNG = b"\x89PNG\r\n\x1a\n"
 DP = {"ISRL-DP SPIDER", "ISRL-DP MB-SGD", "ISRL-DP Local SGD", "ISRL-DP FedProx-SPIDER (Alg. 3)",
       "ISRL-DP Alt Fed-SPIDER (Alg. 11)"}
 NON_PRIVATE = {"MB-SGD (non-private)", "Local SGD (non-private)"}
-
-
-def _reproduce_quick(name, directory):
-    assert main(["reproduce", name, "--quick", "--out", str(directory)]) == 0
-    return directory, json.loads((directory / "results.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def quick_results(tmp_path_factory):
-    """Every quick form, once, through ``jaxfl reproduce NAME --quick --out DIR``."""
-    return {name: _reproduce_quick(name, tmp_path_factory.mktemp(name.replace("/", "_"))) for name in NAMES}
 
 
 def test_experiments_and_benchmark_are_registered():
@@ -37,7 +27,7 @@ def test_experiments_and_benchmark_are_registered():
     assert "lowy_nonconvex_grid" in BENCHMARKS
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == SMOKE else pytest.mark.slow) for n in NAMES])
 def test_quick_form_writes_finite_results(quick_results, name):
     d, doc = quick_results[name]
     cfg = doc["config"]
@@ -70,12 +60,14 @@ def test_quick_form_writes_finite_results(quick_results, name):
     assert (d / "replot.png").read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_cifar_quick_says_it_runs_on_the_subset(quick_results):
     d, doc = quick_results["lowy-nonconvex/cifar10"]
     assert doc["config"]["data"] == CIFAR_SUBSET_NOTE and CIFAR_SUBSET_NOTE in doc["config"]["notes"]
     assert "subset" in doc["config"]["per_trial"][0]["source"]
 
 
+@pytest.mark.slow
 def test_mnist_quick_learns(quick_results):
     _, doc = quick_results["lowy-nonconvex/mnist"]
     errs = [r["metrics"]["test_error"] for r in doc["runs"] if r["algorithm"] == "MB-SGD (non-private)"]
@@ -145,7 +137,7 @@ def test_full_settings_are_the_papers():
     assert w.step_sizes(N.ALT, 25) == pytest.approx(tuple(np.exp(np.linspace(-9, 0, 15))))
 
 
-@pytest.mark.slow
+@pytest.mark.full
 @pytest.mark.parametrize("name", NAMES)
 def test_full_reproduction_runs(tmp_path, name):
     """The full forms (MNIST: about an hour per trial on 2 CPU cores; see docs/reproductions.md)."""
