@@ -136,7 +136,6 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
             values = per_silo(data.num_silos) if callable(per_silo) else per_silo
             values = jax.tree_util.tree_map(lambda v: _fit_silo_axis(v, data.num_silos), values)
             out = jax.vmap(call)(data.x, data.y, data.counts, silo_keys, silo_ids, values, silos)
-            out = sharding.keep_on_silos(out)
             messages, client_info = out[0], out[1]
             if silo_state:
                 silos = _keep_participants(out[2], silos, weights)

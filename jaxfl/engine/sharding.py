@@ -41,20 +41,6 @@ def shard_silo_state(state, mesh: Mesh):
     return state._replace(silos=jax.tree_util.tree_map(lambda a: jax.device_put(a, sharding), state.silos))
 
 
-def keep_on_silos(tree):
-    """Pins per-silo values (leaves ``[num_silos, ...]``) to the ``"silos"`` axis of the ambient mesh
-    (no-op without one), so each silo's client runs on its own device.
-
-    Without it, a client output that is both summed (replicated, see :func:`replicate`) and kept as silo
-    state (sharded) leaves the partitioner free to compute it replicated, splitting the silo's own sums
-    (e.g. over its records) across devices: results would then depend on the number of devices.
-    """
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or SILO_AXIS not in mesh.axis_names:
-        return tree
-    return jax.lax.with_sharding_constraint(tree, P(SILO_AXIS))
-
-
 def replicate(tree):
     """Replicates per-silo values over the ambient ``"silos"`` mesh (no-op without one).
 
