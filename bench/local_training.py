@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
-from jaxfl.algorithms.dp_rec import dp_rec
+from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.experiments import dprec_data

@@ -54,14 +54,14 @@ def test_quickstart_notebook_runs(capsys):
 
 def test_isrl_doc_example_is_certified(capsys):
     namespace = {}
-    exec(compile(_python_blocks("docs/isrl.md")[0], "docs/isrl.md", "exec"), namespace)
+    exec(compile(_python_blocks("docs/lowy_convex.md")[0], "docs/lowy_convex.md", "exec"), namespace)
     assert np.all(namespace["result"].epsilons <= 2.0)
     assert namespace["result"].rounds == 20 and namespace["cal"].certified
 
 
 def test_nonconvex_doc_example_is_within_the_papers_epsilon(capsys):
     namespace = {}
-    exec(compile(_python_blocks("docs/nonconvex.md")[0], "docs/nonconvex.md", "exec"), namespace)
+    exec(compile(_python_blocks("docs/lowy_nonconvex.md")[0], "docs/lowy_nonconvex.md", "exec"), namespace)
     assert namespace["result"].epsilon <= namespace["eps_replace_one"] <= 2.0
     assert namespace["result"].rounds == 20
 

@@ -3,7 +3,7 @@
 Instead of the model, the server sends a client the messages ``(R, k*)`` of every round since the
 client last took part (or, before its first round, the model-initialisation seed ``R'`` and every
 message since round 0); the client replays them (:func:`replay`) with the server's own update rule
-(:func:`jaxfl.algorithms.dp_rec.server_step`). Whenever the history is larger than the model plus the
+(:func:`jaxfl.algorithms.dprec.server_step`). Whenever the history is larger than the model plus the
 server optimizer state, the server sends those instead. :class:`CommunicationLedger` counts every bit of
 this, both directions, exactly as the protocol sends it; simulations skip the replay itself (the tests check
 that a replay reproduces the server model).

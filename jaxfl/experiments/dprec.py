@@ -37,7 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from jaxfl.accounting import dprec as acct
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
-from jaxfl.algorithms.dp_rec import dp_rec
+from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.compression import history, rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver, participation

@@ -45,7 +45,7 @@ import optax
 
 from jaxfl.accounting import lowy_nonconvex as A
 from jaxfl.algorithms import local_sgd, minibatch_sgd
-from jaxfl.algorithms.nonconvex import alt_fed_spider, fedprox_spider
+from jaxfl.algorithms.lowy_nonconvex import alt_fed_spider, fedprox_spider
 from jaxfl.engine import SweepResult, grid_points, make_ledger, run_rounds
 from jaxfl.engine.sweep import run_batched
 from jaxfl.experiments import lowy_nonconvex_data as D

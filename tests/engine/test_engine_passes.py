@@ -90,7 +90,7 @@ def test_local_epochs_under_vmap_equal_each_silo_alone():
 
 @pytest.mark.parametrize("per_pass", [1, 3])
 def test_slot_rounds_in_passes_equal_one_vmap(per_pass):
-    from jaxfl.algorithms.dp_rec import dp_rec
+    from jaxfl.algorithms.dprec import dp_rec
     from jaxfl.compression import rec
 
     data = from_silos(make_silos([30, 12, 25, 40, 33], seed=6))

@@ -10,7 +10,7 @@ from _helpers import make_silos
 from jax.flatten_util import ravel_pytree
 
 from jaxfl.accounting.dprec import DprecDpEvent
-from jaxfl.algorithms import dp_rec as dp_rec_lib
+from jaxfl.algorithms import dprec as dp_rec_lib
 from jaxfl.compression import history, rec
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import participation, rounds

@@ -53,7 +53,7 @@ from jaxfl.accounting.events import PvecDpEvent, RoundCycleDpEvent, clipped_sum_
 from jaxfl.algorithms import prox as prox_lib
 from jaxfl.algorithms.common import (check_params, check_private_args, is_concrete_zero as is_zero, model_template,
                                      safe_mean, sampling_relation)
-from jaxfl.algorithms.isrl import one_pass_batch, one_pass_privacy
+from jaxfl.algorithms.lowy_convex import one_pass_batch, one_pass_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy

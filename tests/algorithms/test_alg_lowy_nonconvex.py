@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from jaxfl.accounting.ledger import RoundCycleDpEvent, SiloLedger
-from jaxfl.algorithms import nonconvex as nc
+from jaxfl.algorithms import lowy_nonconvex as nc
 from jaxfl.algorithms import prox as prox_lib
 from jaxfl.data import from_silos
 from jaxfl.engine import make_ledger
