@@ -6,9 +6,12 @@ epsilon in {0.75, 1.5, 3, 6, 12, 18} plus the non-private run, 10 step sizes per
 (MB-SGD exp(linspace(-6, 0, 10)), Local SGD exp(linspace(-8, -1, 10))), 3 repetitions, 20 trials
 (fresh splits): 20 x 2 x 7 x 10 x 3 = 8,400 training runs.
 
-* **jaxfl**: the reproduction harness's own grid programs (:func:`jaxfl.experiments.lowy_convex.
-  grid_sweep`): per trial and family, the 70 (epsilon, step size) configs x 3 seeds as vmapped
-  programs (two batches of 35 configs), compiled once (timed separately) and reused for every trial.
+* **jaxfl**: the reproduction's own grid programs, run as :func:`jaxfl.experiments.study.run` runs
+  them: per trial and family (``lowy_convex.MNIST``'s families on its M = 25 panel), the family's
+  :class:`~jaxfl.experiments.study.Program` through :func:`jaxfl.engine.sweep` with the cached build
+  ``study._builder(family, program.static)`` -- the 70 (epsilon, step size) configs x 3 seeds as
+  vmapped programs (two batches of 35 configs), compiled once (timed separately) and reused for every
+  trial; each configuration's "lowy" accounting (milliseconds) included, as in the study.
 * **NumPy**: the authors' scripts' computational structure: per run, Python loops over rounds,
   silos and, for Local SGD, the 443 sequential one-sample steps; MB-SGD's minibatch gradients
   vectorized per silo; privacy noise drawn as ``np.random.multivariate_normal(0, sigma^2 I)`` (a
@@ -51,10 +54,13 @@ except ImportError:  # the baseline then runs with NumPy's default BLAS threads
 
 from jaxfl.accounting.lowy_convex import sigma_experiment_local_sgd, sigma_experiment_mbsgd
 from jaxfl.engine import grid_points, local, sweep
+from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_convex as LC
-from jaxfl.experiments import lowy_convex_data as D
+from jaxfl.experiments import study as S
 
 M = 25                 # silos per round (the M = 25 panel; N = 25)
+PANEL = S.Panel(f"M = {M}", (("silos_per_round", M),))
+FAMILIES = {f.name: f for f in LC.FAMILIES}        # "mbsgd", "local"
 LOGIT_CLIP = 15.0
 CHECK_SEEDS = 24       # jaxfl runs of the checked configuration
 
@@ -133,72 +139,76 @@ def one_blas_thread():
     return threadpool_limits(1, "blas") if threadpool_limits is not None else contextlib.nullcontext()
 
 
-def numpy_metrics(w, data: D.TrialData) -> dict:
-    x, y = np.asarray(data.train.x, np.float64), np.asarray(data.train.y, np.float64)
-    mask = np.asarray(data.train.mask())
+def numpy_metrics(w, trial: S.Trial) -> dict:
+    x, y = np.asarray(trial.train.x, np.float64), np.asarray(trial.train.y, np.float64)
+    mask = np.asarray(trial.train.mask())
     s = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -LOGIT_CLIP, LOGIT_CLIP)))
     loss = -(y * np.log(1e-12 + s) + (1.0 - y) * np.log(1e-12 + 1.0 - s))
-    error = np.mean((np.asarray(data.test_x, np.float64) @ w > 0).astype(np.int32) != np.asarray(data.test_y))
+    test_x, test_y = (np.asarray(trial.eval_data[k]) for k in ("test_x", "test_y"))
+    error = np.mean((test_x.astype(np.float64) @ w > 0).astype(np.int32) != test_y)
     return {"train_loss": float(np.sum(loss * mask) / np.sum(mask)), "test_error": float(error)}
 
 
 # ------------------------------------------------------------------------------------------------
-# jaxfl: the harness's grid programs
+# jaxfl: the study's grid programs, run as jaxfl.experiments.study.run runs them
 
 
-def grid_of(setup, family):
-    steps = setup.mb_steps if family == LC.MB else setup.local_steps
-    return {"eps": [*setup.epsilons, 0.0], "lr": list(steps)}
+def program_of(study, family, trial) -> S.Program:
+    """The family's one grid program on the M = 25 panel (``{"epsilon", "step_size"}``, rounds, the
+    trial's ``z(eps = 1)`` and ``L`` as constants)."""
+    (program,) = FAMILIES[family].programs(study, PANEL, trial)
+    return program
 
 
-def seeds_of(setup, trial):
-    return [setup.seed_base + 1000 * trial + r for r in range(setup.reps)]   # as LC.run_trial
+def seeds_of(study, trial):
+    return [study.seed(trial, 0, r) for r in range(study.reps)]   # as study.run (panel 0)
 
 
-def compile_programs(setup, data) -> dict:
-    """AOT-compiles each family's grid program for the batch shape :func:`LC.grid_sweep` uses (jit's
-    cache then serves every trial); returns seconds per family."""
+def grid_sweep(study, family, program, trial, seeds, fam=None):
+    """One family's whole grid on one trial: :func:`jaxfl.experiments.study._sweep`, i.e. exactly what
+    :func:`jaxfl.experiments.study.run` calls (``jaxfl.engine.sweep`` of ``study._builder(family,
+    program.static)``, ``study.configs_per_batch`` configs per call, every configuration accounted)."""
+    return S._sweep(study, fam or FAMILIES[family], program, trial, seeds)
+
+
+def compile_programs(study, trial) -> dict:
+    """AOT-compiles each family's grid program (``jaxfl.engine.sweep``'s cached program of the study's
+    build) for the batch shape the sweep uses (jit's cache then serves every trial); seconds per family."""
     seconds = {}
-    for family in (LC.MB, LC.LOCAL):
-        configs = grid_points(grid_of(setup, family))
-        batch = len(configs) if setup.configs_per_batch is None else int(setup.configs_per_batch)
+    for family in FAMILIES:
+        program = program_of(study, family, trial)
+        configs = grid_points(program.grid)
+        names = tuple(program.grid)
+        batch = len(configs) if study.configs_per_batch is None else int(study.configs_per_batch)
         take = np.minimum(np.arange(batch), len(configs) - 1)
-        table = {n: jnp.asarray([c[n] for c in configs], jnp.float32)[take] for n in grid_of(setup, family)}
-        aux = LC.trial_aux(setup, data, family)
+        table = {n: jnp.asarray([c[n] for c in configs], jnp.float32)[take] for n in names}
+        table["__config__"] = jnp.arange(len(configs))[take]
+        fn = sweep_program(S._builder(FAMILIES[family], program.static), names, int(program.rounds),
+                           study.evaluate, True)
+        constants = jax.tree_util.tree_map(jnp.asarray, dict(program.constants))
         t0 = time.perf_counter()
-        LC.grid_program(setup, family, M).lower(table, jnp.asarray(np.asarray(seeds_of(setup, 0))), data.train,
-                                                aux).compile()
+        fn.lower(table, jnp.asarray(np.asarray(seeds_of(study, 0))), trial.train, study.init(study.init_seed),
+                 trial.eval_data, constants).compile()
         seconds[family] = time.perf_counter() - t0
     return seconds
 
 
-def selected(setup, out, eps) -> tuple[int, float]:
-    """The harness's selection at ``eps``: the config with the smallest mean final training loss."""
+def selected(out, eps) -> tuple[int, float]:
+    """The study's selection at ``eps``: the config with the smallest mean final training loss."""
     score = np.where(np.isfinite(out.metrics["train_loss"]), out.metrics["train_loss"], np.inf).mean(axis=1)
-    idx = [i for i, c in enumerate(out.configs) if c["eps"] == eps]
+    idx = [i for i, c in enumerate(out.configs) if c["epsilon"] == eps]
     best = idx[int(np.argmin(score[idx]))]
-    return best, float(out.configs[best]["lr"])
+    return best, float(out.configs[best]["step_size"])
 
 
-def jaxfl_check_runs(setup, family, data, configs) -> list[dict]:
-    """``CHECK_SEEDS`` jaxfl runs (``jaxfl.sweep``, one program) of each ``(step size, epsilon)`` in
-    ``configs`` (epsilon 0: non-private); final metrics per configuration."""
-    units = LC.unit_noise_multipliers(setup, data.train.counts, data.deltas)
-    lrs = jnp.asarray([lr for lr, _ in configs], jnp.float32)
-    zs = jnp.asarray([units[family][0] / eps if eps > 0 else 0.0 for _, eps in configs], jnp.float32)  # equal silos
-    test_x, test_y = jnp.asarray(data.test_x), jnp.asarray(data.test_y)
-    x, y, mask = data.train.x, data.train.y, data.train.mask().astype(jnp.float32)
-
-    def evaluate(params):
-        per = jax.vmap(jax.vmap(setup.loss, in_axes=(None, 0, 0)), in_axes=(None, 0, 0))(params, x, y)
-        return {"train_loss": jnp.sum(per * mask) / jnp.sum(mask), "test_error": D.mnist_error(params, test_x, test_y)}
-
-    def build(pick):
-        i = pick.astype(jnp.int32)
-        return LC.build_algorithm(setup, family, M, lr=lrs[i], z=zs[i], clip=data.lipschitz)
-
-    out = sweep(build, {"pick": list(range(len(configs)))}, data.train, setup.init(), rounds=setup.rounds,
-                seeds=range(7_000_000, 7_000_000 + CHECK_SEEDS), evaluate=evaluate)
+def jaxfl_check_runs(study, family, trial, configs) -> list[dict]:
+    """``CHECK_SEEDS`` jaxfl runs (``jaxfl.engine.sweep`` of the study's build, one program) of each
+    ``(step size, epsilon)`` in ``configs`` (epsilon 0: non-private); final metrics per configuration."""
+    program = program_of(study, family, trial)
+    grid = [{"epsilon": eps, "step_size": lr} for lr, eps in configs]
+    out = sweep(S._builder(FAMILIES[family], program.static), grid, trial.train, study.init(study.init_seed),
+                rounds=program.rounds, seeds=range(7_000_000, 7_000_000 + CHECK_SEEDS), evaluate=study.evaluate,
+                eval_data=trial.eval_data, constants=program.constants)
     return [{k: np.asarray(v[c], np.float64) for k, v in out.metrics.items()} for c in range(len(configs))]
 
 
@@ -215,11 +225,17 @@ def agreement(np_values, jax_values) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
-def quick_setup():
+def full_study():
+    """``lowy-convex/mnist``'s full form on its M = 25 panel."""
+    return dataclasses.replace(LC.MNIST, panels=(PANEL,))
+
+
+def quick_study():
     """A tiny grid on the quick MNIST silos (100 images per digit, 200 per silo; PCA fitted on 3000 images)."""
-    s = LC.mnist_setup(True, (M,))
-    return dataclasses.replace(s, epsilons=(0.75, 18.0), rounds=3, mb_steps=s.mb_steps[1:3],
-                               local_steps=s.local_steps[1:3], reps=2, trials=2, configs_per_batch=None)
+    s = LC.MNIST.form_of(quick=True)
+    settings = {**s.settings, "epsilons": (0.75, 18.0), "rounds": 3, "mbsgd_steps": s["mbsgd_steps"][1:3],
+                "local_steps": s["local_steps"][1:3]}
+    return dataclasses.replace(s, settings=settings, reps=2, trials=2, configs_per_batch=None, panels=(PANEL,))
 
 
 def machine(load_start, load_end) -> dict:
@@ -245,44 +261,46 @@ def main():
         root / "results" / "lowy_convex_grid.json"
     out_path = Path(args.out) if args.out else default
     load_start = os.getloadavg()[0]
-    setup = quick_setup() if args.quick else LC.mnist_setup(False, (M,))
+    study = quick_study() if args.quick else full_study()
     if args.trials is not None:
-        setup = dataclasses.replace(setup, trials=args.trials)
-    fams = {LC.MB: "MB-SGD", LC.LOCAL: "Local SGD"}
-    runs = {(f, p): setup.trials * (len(setup.epsilons) if p else 1) * len(grid_of(setup, f)["lr"]) * setup.reps
+        study = dataclasses.replace(study, trials=args.trials)
+    rounds, batch_size, epsilons = study["rounds"], study["batch_size"], tuple(study["epsilons"])
+    fams = {"mbsgd": "MB-SGD", "local": "Local SGD"}
+    runs = {(f, p): study.trials * (len(epsilons) if p else 1) * len(study[f"{f}_steps"]) * study.reps
             for f in fams for p in (True, False)}
     total_runs = sum(runs.values())
-    print(f"grid: {setup.trials} trials x 2 families x ({len(setup.epsilons)} eps + non-private) x "
-          f"{len(setup.mb_steps)} step sizes x {setup.reps} reps = {total_runs} runs; R={setup.rounds}, "
-          f"K={setup.batch_size}, M={M}; load average {load_start:.2f}", flush=True)
+    print(f"grid: {study.trials} trials x 2 families x ({len(epsilons)} eps + non-private) x "
+          f"{len(study['mbsgd_steps'])} step sizes x {study.reps} reps = {total_runs} runs; R={rounds}, "
+          f"K={batch_size}, M={M}; load average {load_start:.2f}", flush=True)
 
     # ---- jaxfl: the whole grid -----------------------------------------------------------------
     t0 = time.perf_counter()
-    first = setup.trial_data(0)
+    first = study.data(study, 0)
     data_seconds = [time.perf_counter() - t0]
-    compile_seconds = compile_programs(setup, first)
-    print(f"compiled: MB-SGD {compile_seconds[LC.MB]:.1f} s, Local SGD {compile_seconds[LC.LOCAL]:.1f} s", flush=True)
+    compile_seconds = compile_programs(study, first)
+    print(f"compiled: MB-SGD {compile_seconds['mbsgd']:.1f} s, Local SGD {compile_seconds['local']:.1f} s",
+          flush=True)
     grid_seconds = {f: [] for f in fams}
-    outputs0, summary = {}, {(f, e): [] for f in fams for e in [*setup.epsilons, 0.0]}
-    for trial in range(setup.trials):
+    outputs0, summary = {}, {(f, e): [] for f in fams for e in [*epsilons, 0.0]}
+    for trial in range(study.trials):
         if trial:
             t0 = time.perf_counter()
-            data = setup.trial_data(trial)
+            data = study.data(study, trial)
             data_seconds.append(time.perf_counter() - t0)
         else:
             data = first
         for family in fams:
-            aux = LC.trial_aux(setup, data, family)
+            program = program_of(study, family, data)     # the trial's constants: z(eps = 1), L
             t0 = time.perf_counter()
-            out = LC.grid_sweep(setup, family, M, grid_of(setup, family), data, aux, seeds_of(setup, trial))
+            out = grid_sweep(study, family, program, data, seeds_of(study, trial))
             grid_seconds[family].append(time.perf_counter() - t0)
-            for eps in [*setup.epsilons, 0.0]:
-                best, lr = selected(setup, out, eps)
+            for eps in [*epsilons, 0.0]:
+                best, lr = selected(out, eps)
                 summary[family, eps].append((lr, float(np.mean(out.metrics["test_error"][best]))))
             if trial == 0:
                 outputs0[family] = out
-        print(f"  trial {trial + 1}/{setup.trials}: MB-SGD {grid_seconds[LC.MB][-1]:6.1f} s, "
-              f"Local SGD {grid_seconds[LC.LOCAL][-1]:6.1f} s", flush=True)
+        print(f"  trial {trial + 1}/{study.trials}: MB-SGD {grid_seconds['mbsgd'][-1]:6.1f} s, "
+              f"Local SGD {grid_seconds['local'][-1]:6.1f} s", flush=True)
     run_seconds = {f: float(sum(v)) for f, v in grid_seconds.items()}
     jaxfl_seconds = sum(compile_seconds.values()) + sum(run_seconds.values())
     print(f"jaxfl whole grid: {jaxfl_seconds:.1f} s (compile {sum(compile_seconds.values()):.1f} s, "
@@ -295,14 +313,14 @@ def main():
         # before draw-ahead): a fresh program (new cache key) traced with draw-ahead disabled.
         old, local.DRAW_AHEAD_ELEMENTS = local.DRAW_AHEAD_ELEMENTS, 0
         try:
-            off = dataclasses.replace(setup, notes=setup.notes + ("draw-ahead off",))
-            aux = LC.trial_aux(off, first, LC.LOCAL)
-            LC.grid_sweep(off, LC.LOCAL, M, grid_of(off, LC.LOCAL), first, aux, seeds_of(off, 0))   # compile
+            off = dataclasses.replace(FAMILIES["local"], name="local-draw-ahead-off")   # new _builder key
+            program = program_of(study, "local", first)
+            grid_sweep(study, "local", program, first, seeds_of(study, 0), fam=off)   # compile
             t0 = time.perf_counter()
-            LC.grid_sweep(off, LC.LOCAL, M, grid_of(off, LC.LOCAL), first, aux, seeds_of(off, 0))
+            grid_sweep(study, "local", program, first, seeds_of(study, 0), fam=off)
             ablation = {"setting": "Local SGD grid of trial 1 with draw-ahead off (randomness drawn in the loop)",
                         "jaxfl_seconds": time.perf_counter() - t0,
-                        "jaxfl_seconds_draw_ahead": grid_seconds[LC.LOCAL][0]}
+                        "jaxfl_seconds_draw_ahead": grid_seconds["local"][0]}
         finally:
             local.DRAW_AHEAD_ELEMENTS = old
         print(f"draw-ahead off, one trial's Local SGD grid: {ablation['jaxfl_seconds']:.1f} s "
@@ -312,25 +330,25 @@ def main():
     x, y = np.asarray(first.train.x, np.float64), np.asarray(first.train.y, np.float64)
     n = int(first.train.counts[0])
     assert np.all(np.asarray(first.train.counts) == n), "the baseline assumes equal silos"
-    lip, delta = float(first.lipschitz), float(first.deltas[0])
-    check_eps = 3.0 if 3.0 in setup.epsilons else setup.epsilons[-1]
-    timed = {(LC.MB, True): 10, (LC.MB, False): 5, (LC.LOCAL, True): args.local_runs, (LC.LOCAL, False): 3}
+    lip, delta = float(first.info["lipschitz"]), float(np.asarray(first.deltas)[0])
+    check_eps = 3.0 if 3.0 in epsilons else epsilons[-1]
+    timed = {("mbsgd", True): 10, ("mbsgd", False): 5, ("local", True): args.local_runs, ("local", False): 3}
     if args.quick:
         timed = {k: 2 for k in timed}
     rows, checks, per_run = [], {}, {}
     for family, name in fams.items():
-        picks = {p: (selected(setup, outputs0[family], check_eps if p else 0.0)[1], check_eps if p else 0.0)
+        picks = {p: (selected(outputs0[family], check_eps if p else 0.0)[1], check_eps if p else 0.0)
                  for p in (True, False)}
-        refs = dict(zip(picks, jaxfl_check_runs(setup, family, first, list(picks.values()))))
+        refs = dict(zip(picks, jaxfl_check_runs(study, family, first, list(picks.values()))))
         for private, (lr, eps) in picks.items():
-            if family == LC.MB:
-                sigma = sigma_experiment_mbsgd(lip, n, setup.rounds, eps, delta) if private else 0.0
-                fn = lambda rs: numpy_mbsgd(x, y, rounds=setup.rounds, batch=setup.batch_size, lr=lr, sigma=sigma,
+            if family == "mbsgd":
+                sigma = sigma_experiment_mbsgd(lip, n, rounds, eps, delta) if private else 0.0
+                fn = lambda rs: numpy_mbsgd(x, y, rounds=rounds, batch=batch_size, lr=lr, sigma=sigma,
                                             clip=lip, rs=rs)
             else:
-                sigma = (sigma_experiment_local_sgd(lip, n, setup.rounds, setup.batch_size, eps, delta)
+                sigma = (sigma_experiment_local_sgd(lip, n, rounds, batch_size, eps, delta)
                          if private else 0.0)
-                fn = lambda rs: numpy_local_sgd(x, y, rounds=setup.rounds, steps=setup.batch_size, lr=lr, sigma=sigma,
+                fn = lambda rs: numpy_local_sgd(x, y, rounds=rounds, steps=batch_size, lr=lr, sigma=sigma,
                                                 clip=lip, rs=rs)
             seconds, metrics = [], []
             for r in range(timed[family, private]):
@@ -346,10 +364,10 @@ def main():
                              "numpy_seconds": seconds,
                              **{k: agreement([m[k] for m in metrics], refs[private][k])
                                 for k in ("train_loss", "test_error")}}
-            if family == LC.LOCAL and private:
+            if family == "local" and private:
                 # The timed runs are few (minutes each): more runs of the same algorithm with the noise drawn
                 # as sigma * standard_normal (the same N(0, sigma^2 I), ~30x cheaper) for a sharper check.
-                extra = [numpy_metrics(numpy_local_sgd(x, y, rounds=setup.rounds, steps=setup.batch_size, lr=lr,
+                extra = [numpy_metrics(numpy_local_sgd(x, y, rounds=rounds, steps=batch_size, lr=lr,
                                                        sigma=sigma, clip=lip, noise="normal",
                                                        rs=np.random.RandomState(3000 + r)), first)  # host-rng-ok
                          for r in range(args.check_runs)]
@@ -411,11 +429,11 @@ def main():
             "runs_in_grid": {f"{fams[f]} {'DP' if p else 'non-private'}": runs[f, p] for f, p in runs},
             "seconds_extrapolated": {f"{fams[f]} {'DP' if p else 'non-private'}": extrapolated[f, p] for f, p in runs},
         },
-        "grid": {"trials": setup.trials, "epsilons": list(setup.epsilons), "rounds": setup.rounds,
-                 "batch_size_K": setup.batch_size, "silos": int(first.train.num_silos), "records_per_silo": n,
-                 "features": int(first.train.x.shape[-1]), "silos_per_round": M, "reps": setup.reps,
-                 "step_sizes_mbsgd": list(setup.mb_steps), "step_sizes_local_sgd": list(setup.local_steps),
-                 "runs": total_runs, "configs_per_batch": setup.configs_per_batch,
+        "grid": {"trials": study.trials, "epsilons": list(epsilons), "rounds": rounds,
+                 "batch_size_K": batch_size, "silos": int(first.train.num_silos), "records_per_silo": n,
+                 "features": int(first.train.x.shape[-1]), "silos_per_round": M, "reps": study.reps,
+                 "step_sizes_mbsgd": list(study["mbsgd_steps"]), "step_sizes_local_sgd": list(study["local_steps"]),
+                 "runs": total_runs, "configs_per_batch": study.configs_per_batch,
                  "form": "QUICK (tiny settings)" if args.quick else "full (the paper's M = 25 panel)"},
         "rows": rows,
         "check": checks,
@@ -426,8 +444,10 @@ def main():
         "notes": [
             f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end "
             "(2 shared cores; other processes' load slows both sides)",
-            "jaxfl_seconds = AOT compilation of the two grid programs + every trial's grid_sweep calls; the data "
-            "preparation (MNIST PCA, splits; the same for both implementations) is reported separately",
+            "jaxfl_seconds = AOT compilation of the two grid programs + every trial's sweeps, run as "
+            "jaxfl.experiments.study.run runs them (jaxfl.engine.sweep of the study's cached builds, each "
+            "configuration's 'lowy' accounting included: milliseconds); the data preparation (MNIST PCA, splits; "
+            "the same for both implementations) is reported separately",
             "NumPy BLAS threads limited to 1 (threadpoolctl: %s) while timing: the per-draw 50 x 50 factorization of "
             "np.random.multivariate_normal is ~15%% faster than with the default 2 threads on this machine"
             % ("used" if threadpool_limits is not None else "not installed, default threads"),

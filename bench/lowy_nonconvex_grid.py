@@ -6,10 +6,11 @@ panel and trial: MB-SGD and Local SGD over (7 epsilons + non-private) x 5 step s
 FedProx-SPIDER per q in {1, 2} (R = 25) / {1..4} (R = 50) and Alt Fed-SPIDER over 7 epsilons x 5 x 5;
 ``--reps`` repetitions, ``--trials`` trials.
 
-* **jaxfl**: the harness's grid programs (:func:`jaxfl.experiments.lowy_nonconvex.grid_program`): one
+* **jaxfl**: the study's grid programs (``lowy_nonconvex.MNIST``'s families through the program
+  :func:`jaxfl.engine.sweep` caches, as :func:`jaxfl.experiments.study.run` runs them): one
   compiled program per (algorithm, M, R, q) serves every trial (M is static: one compilation per
-  panel); each call runs ``configs_per_batch`` configs x reps. Timed: AOT compilation of each program, and ``--timed-batches``
-  steady-state calls; extrapolated to the grid's number of calls.
+  panel); each call runs ``configs_per_batch`` configs x reps. Timed: AOT compilation of each program,
+  and ``--timed-batches`` steady-state calls; extrapolated to the grid's number of calls.
 * **one run at a time**: the same algorithm, one ``jax.jit``-compiled run (hyperparameters as
   arguments, so it compiles once per (algorithm, M, R, q) -- the kind a user's Python loop over the grid
   would call), called once per run. Timed: its compilation and ``--timed-runs`` calls; extrapolated.
@@ -38,28 +39,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfl.engine import grid_points, run_rounds
+from jaxfl.engine import grid_points, initial_state, run_rounds
+from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_nonconvex as N
+from jaxfl.experiments import study as S
 
 
-def variants(setup, rounds):
-    return [(N.MB, None), (N.LOCAL, None), *((N.SPIDER, q) for q in setup.phases(rounds)), (N.ALT, None)]
+def table_of(program: S.Program):
+    configs = grid_points(program.grid)
+    return configs, {k: jnp.asarray([c[k] for c in configs], jnp.float32) for k in program.grid}
 
 
-def table_of(setup, family, rounds):
-    grid = N.family_grid(setup, family, rounds)
-    configs = grid_points(grid)
-    return configs, {k: jnp.asarray([c[k] for c in configs], jnp.float32) for k in grid}
-
-
-def single_run_program(setup, family, m, rounds, batch, q):
-    """One run, hyperparameters and seed as arguments: ``(hp, seed, data, aux) -> params``."""
-    def one(hp, seed, data, aux):
-        scale = jnp.where(hp["eps"] > 0, 1.0 / jnp.maximum(hp["eps"], 1e-6), 0.0)
-        z = jax.tree_util.tree_map(lambda u: u * scale, aux["unit_z"])
-        algorithm = N.build_algorithm(setup, family, m, batch=batch, lr=hp["lr"], z=z, clip=hp["clip"], q=q)
-        state, _ = run_rounds(algorithm, algorithm.init(setup.init()), data, jax.random.key(seed), 0,
-                              N.engine_rounds(family, rounds))
+def single_run_program(build, rounds):
+    """One run, hyperparameters and seed as arguments: ``(hp, seed, data, params, constants) -> params``."""
+    def one(hp, seed, data, params, constants):
+        algorithm = build(**hp, **constants)
+        state, _ = run_rounds(algorithm, initial_state(algorithm, params, data.num_silos), data,
+                              jax.random.key(seed), 0, rounds)
         return state.params
     return jax.jit(one)
 
@@ -68,42 +64,49 @@ def block(tree):
     return jax.tree_util.tree_map(lambda a: a.block_until_ready(), tree)
 
 
-def bench_variant(setup, family, q, m, rounds, data, args) -> dict:
-    batch = N.batch_size(data.train.counts, rounds)
-    configs, table = table_of(setup, family, rounds)
-    aux = N.trial_aux(setup, data, family, rounds, batch, q)
-    seeds = jnp.asarray([setup.seed_base + r for r in range(setup.reps)])
-    per_call = setup.configs_per_batch or len(configs)
+def bench_program(study, family, program, trial, args) -> dict:
+    """Times one family program (one q) as study.run runs it (jaxfl.engine.sweep's cached program) and
+    as one jitted run at a time."""
+    configs, table = table_of(program)
+    per_call = study.configs_per_batch or len(configs)
     take = np.minimum(np.arange(per_call), len(configs) - 1)
     part = {k: v[take] for k, v in table.items()}
-    program = N.grid_program(setup, family, m, rounds, batch, q)
+    part["__config__"] = jnp.arange(per_call)
+    seeds = jnp.asarray([study.seed(0, 0, r) for r in range(study.reps)])
+    build = S._builder(family, program.static)
+    params = study.init(study.init_seed)
+    constants = jax.tree_util.tree_map(jnp.asarray, dict(program.constants))
+    grid = sweep_program(build, tuple(program.grid), int(program.rounds), study.evaluate, True)
+    args_ = (part, seeds, trial.train, params, trial.eval_data, constants)
     t0 = time.perf_counter()
-    compiled = program.lower(part, seeds, data.train, aux).compile()
+    compiled = grid.lower(*args_).compile()
     compile_s = time.perf_counter() - t0
     calls = []
     for _ in range(args.timed_batches):
         t0 = time.perf_counter()
-        out = block(compiled(part, seeds, data.train, aux))
+        out = block(compiled(*args_))
         calls.append(time.perf_counter() - t0)
-    single = single_run_program(setup, family, m, rounds, batch, q)
-    hp0 = {k: v[0] for k, v in part.items()}
+    single = single_run_program(build, int(program.rounds))
+    hp0 = {k: v[0] for k, v in part.items() if k != "__config__"}
     t0 = time.perf_counter()
-    single_c = single.lower(hp0, seeds[0], data.train, aux).compile()
+    single_c = single.lower(hp0, seeds[0], trial.train, params, constants).compile()
     single_compile_s = time.perf_counter() - t0
     runs = []
     for i in range(args.timed_runs):
-        hp = {k: v[i % per_call] for k, v in part.items()}
+        hp = {k: v[i % per_call] for k, v in part.items() if k != "__config__"}
         t0 = time.perf_counter()
-        p = block(single_c(hp, seeds[0], data.train, aux))
+        p = block(single_c(hp, seeds[0], trial.train, params, constants))
         runs.append(time.perf_counter() - t0)
         if i == 0:
             diff = max(float(jnp.max(jnp.abs(a - b[0, 0]))) for a, b in
                        zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(out[0])))
-    return {"family": family, "q": q, "rounds": rounds, "batch_size_K": batch, "configs": len(configs),
-            "configs_per_call": per_call, "reps": setup.reps, "compile_seconds": compile_s,
-            "seconds_per_call": float(np.median(calls)), "calls_timed": len(calls),
-            "single_compile_seconds": single_compile_s, "single_seconds_per_run": float(np.median(runs)),
-            "single_runs_timed": len(runs), "check_max_abs_param_diff": diff}
+    static = dict(program.static)
+    return {"family": family.name, "q": static["phase_length"], "rounds": static["rounds"],
+            "batch_size_K": static["batch_size"], "configs": len(configs), "configs_per_call": per_call,
+            "reps": study.reps, "compile_seconds": compile_s, "seconds_per_call": float(np.median(calls)),
+            "calls_timed": len(calls), "single_compile_seconds": single_compile_s,
+            "single_seconds_per_run": float(np.median(runs)), "single_runs_timed": len(runs),
+            "check_max_abs_param_diff": diff}
 
 
 def main():
@@ -120,35 +123,35 @@ def main():
         root.parent / "runs" / "bench" / "lowy_nonconvex_grid.quick.json" if args.quick
         else root / "results" / "lowy_nonconvex_grid.json")
     load_start = os.getloadavg()[0]
-    if args.quick:
-        setup = dataclasses.replace(N.mnist_setup(True), reps=args.reps, trials=args.trials)
-    else:
-        setup = dataclasses.replace(N.mnist_setup(False), reps=args.reps, trials=args.trials)
+    study = dataclasses.replace(N.MNIST.form_of(args.quick), reps=args.reps, trials=args.trials)
     t0 = time.perf_counter()
-    data = setup.trial_data(0)
+    trial = study.data(study, 0)
     data_s = time.perf_counter() - t0
     print(f"load average {load_start:.2f}; data {data_s:.1f} s", flush=True)
     rows = []
     panels_per_r = {}
-    for m, r in setup.panels:
-        panels_per_r[r] = panels_per_r.get(r, 0) + 1
-    m_of = {r: next(m for m, rr in setup.panels if rr == r) for r in panels_per_r}
-    for r, count in panels_per_r.items():
-        for family, q in variants(setup, r):
-            row = bench_variant(setup, family, q, m_of[r], r, data, args)
-            calls = math.ceil(row["configs"] / row["configs_per_call"]) * setup.trials * count
-            runs = row["configs"] * setup.reps * setup.trials * count
-            # one compiled program per (family, R, q, M): a grid with 2 M values per R compiles twice
-            row.update(panels=count, runs=runs,
-                       jaxfl_seconds=row["compile_seconds"] * count + row["seconds_per_call"] * calls,
-                       loop_seconds=row["single_compile_seconds"] * count + row["single_seconds_per_run"] * runs)
-            row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
-            rows.append(row)
-            print(f"  R={r} {family}{'' if q is None else f' q={q}'}: {runs} runs; vmapped {row['seconds_per_call']:.2f} s"
-                  f"/call of {row['configs_per_call']}x{setup.reps} (compile {row['compile_seconds']:.1f} s) -> "
-                  f"{row['jaxfl_seconds']:.0f} s; one at a time {row['single_seconds_per_run']:.3f} s/run "
-                  f"(compile {row['single_compile_seconds']:.1f} s) -> {row['loop_seconds']:.0f} s; "
-                  f"ratio {row['ratio']:.2f}; check {row['check_max_abs_param_diff']:.1e}", flush=True)
+    for panel in study.panels:
+        panels_per_r.setdefault(panel["rounds"], []).append(panel)
+    for r, panels in panels_per_r.items():
+        count = len(panels)
+        for family in N.FAMILIES:
+            for program in family.programs(study, panels[0], trial):
+                row = bench_program(study, family, program, trial, args)
+                q = row["q"]
+                calls = math.ceil(row["configs"] / row["configs_per_call"]) * study.trials * count
+                runs = row["configs"] * study.reps * study.trials * count
+                # one compiled program per (family, R, q, M): a grid with 2 M values per R compiles twice
+                row.update(panels=count, runs=runs,
+                           jaxfl_seconds=row["compile_seconds"] * count + row["seconds_per_call"] * calls,
+                           loop_seconds=row["single_compile_seconds"] * count + row["single_seconds_per_run"] * runs)
+                row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
+                rows.append(row)
+                print(f"  R={r} {family.name}{'' if q is None else f' q={q}'}: {runs} runs; vmapped "
+                      f"{row['seconds_per_call']:.2f} s/call of {row['configs_per_call']}x{study.reps} (compile "
+                      f"{row['compile_seconds']:.1f} s) -> {row['jaxfl_seconds']:.0f} s; one at a time "
+                      f"{row['single_seconds_per_run']:.3f} s/run (compile {row['single_compile_seconds']:.1f} s) -> "
+                      f"{row['loop_seconds']:.0f} s; ratio {row['ratio']:.2f}; check "
+                      f"{row['check_max_abs_param_diff']:.1e}", flush=True)
     jaxfl_s = sum(r["jaxfl_seconds"] for r in rows)
     loop_s = sum(r["loop_seconds"] for r in rows)
     load_end = os.getloadavg()[0]
@@ -166,10 +169,11 @@ def main():
         "baseline_seconds_extrapolated": loop_s,
         "baseline_hours_extrapolated": loop_s / 3600,
         "data_preparation_seconds": data_s,
-        "grid": {"trials": setup.trials, "reps": setup.reps, "panels": [list(p) for p in setup.panels],
-                 "epsilons": list(setup.epsilons), "clips": list(setup.clips),
-                 "phase_lengths": {str(r): list(q) for r, q in setup.phase_lengths},
-                 "runs": sum(r["runs"] for r in rows), "configs_per_batch": setup.configs_per_batch,
+        "grid": {"trials": study.trials, "reps": study.reps,
+                 "panels": [[p["silos_per_round"], p["rounds"]] for p in study.panels],
+                 "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
+                 "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
+                 "runs": sum(r["runs"] for r in rows), "configs_per_batch": study.configs_per_batch,
                  "form": "QUICK (tiny settings)" if args.quick else "full (the paper's MNIST grid, §6.1)"},
         "rows": rows,
         "notes": [

@@ -1,6 +1,7 @@
 """The ``jaxfl`` command: demo, list, account, reproduce, bench.
 
-Bad input prints one line ``jaxfl: error: ...`` and exits with status 2 (no traceback).
+Bad input prints one line ``jaxfl: error: ...`` and exits with status 2 (no traceback): argument values
+are checked with :mod:`jaxfl.checks`, whose ``ValueError`` names the flag and the bad value.
 """
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ from pathlib import Path
 
 
 def _cmd_demo(args) -> int:
+    from jaxfl import checks
     from jaxfl.experiments import demo
 
-    demo.main(quick=args.quick, seeds=args.seeds)
+    seeds = None if args.seeds is None else checks.positive_int("--seeds", args.seeds)
+    demo.main(quick=args.quick, seeds=seeds)
     return 0
 
 
 def _cmd_list(args) -> int:
     from jaxfl.experiments import registry
 
-    print("experiments (jaxfl reproduce NAME [--quick] [--out DIR]):")
+    print("experiments (jaxfl reproduce NAME [--quick] [--variant V] [--out DIR]):")
     for name, exp in sorted(registry.experiments().items()):
-        print(f"  {name:28s} {exp.description}")
+        variants = sorted(getattr(exp.study, "variants", {}) or {})
+        print(f"  {name:28s} {exp.description}" + (f" [variants: {', '.join(variants)}]" if variants else ""))
     print("benchmarks (jaxfl bench NAME):")
     for name, description in sorted(registry.BENCHMARKS.items()):
         print(f"  {name:28s} {description}")
@@ -33,10 +37,18 @@ def _cmd_reproduce(args) -> int:
     from jaxfl.experiments import registry
 
     experiment = registry.get_experiment(args.name)
-    out = Path(args.out) if args.out else Path("results") / args.name.replace("/", "_")
-    path = experiment.run(args.quick, out)
+    # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
+    default = (Path("runs/quick") if args.quick else Path("results")) / args.name
+    out = Path(args.out) if args.out else default / (args.variant or "")
+    path = experiment.run(args.quick, out, args.variant)
     print(f"wrote {path}")
     return 0
+
+
+def _cmd_tables(args) -> int:
+    from jaxfl.experiments import tables
+
+    return tables.main(check=args.check, docs=Path(args.docs) if args.docs else None)
 
 
 def _cmd_bench(args) -> int:
@@ -57,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="DP and non-DP federated logistic regression on bundled data")
     demo.add_argument("--quick", action="store_true", help="fewer seeds and settings")
     demo.add_argument("--seeds", type=int, default=None, help="seeds per setting")
+    demo.add_argument("--out", default=None, help="also write results.json, curves.csv, summary.md, figure.png here")
     demo.set_defaults(func=_cmd_demo)
 
     lst = sub.add_parser("list", help="registered experiments and benchmarks")
@@ -67,8 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="run a registered experiment and write its results")
     rep.add_argument("name")
     rep.add_argument("--quick", action="store_true", help="the small CI-sized form")
-    rep.add_argument("--out", default=None, help="output directory (default results/NAME)")
+    rep.add_argument("--out", default=None, help="output directory (default results/NAME[/VARIANT]; quick forms: "
+                                                  "runs/quick/NAME[/VARIANT])")
+    rep.add_argument("--variant", default=None, help="a named variant of the study (e.g. authors-scripts)")
     rep.set_defaults(func=_cmd_reproduce)
+
+    tab = sub.add_parser("tables", help="regenerate the tables of docs/reproductions.md from results/")
+    tab.add_argument("--check", action="store_true", help="only check that the docs match results/ (exit 1 if not)")
+    tab.add_argument("--docs", default=None, help="the markdown file (default docs/reproductions.md)")
+    tab.set_defaults(func=_cmd_tables)
 
     bench = sub.add_parser("bench", help="run a benchmark from bench/")
     bench.add_argument("name")

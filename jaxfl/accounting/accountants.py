@@ -29,7 +29,7 @@ import numpy as np
 from dp_accounting import pld as _pld
 from dp_accounting import rdp as _rdp
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 from jaxfl.accounting import events as _events
 
 NeighboringRelation = dp_accounting.NeighboringRelation
@@ -160,7 +160,7 @@ class _DpAccountingAccountant:
         """
         if not isinstance(event, DpEvent):
             raise ValueError(f"event must be a dp_accounting.DpEvent, got {event!r}")
-        count = _validate.count(count, "count")
+        count = checks.non_negative_int("count", count)
         if not self._supports(event):
             raise UnsupportedEventError(
                 f"the {self.name!r} accountant ({self._relation.name.lower()} neighbours) cannot "
@@ -173,11 +173,11 @@ class _DpAccountingAccountant:
 
     def epsilon(self, delta: float) -> float:
         """Smallest epsilon (nats) such that the composed history is (epsilon, delta)-DP."""
-        return float(self._epsilon(_validate.delta(delta)))
+        return float(self._epsilon(checks.delta("delta", delta, scalar=True)))
 
     def delta(self, epsilon: float) -> float:
         """Smallest delta such that the composed history is (epsilon, delta)-DP (epsilon >= 0, nats)."""
-        return float(self._delta(_validate.epsilon(epsilon, allow_zero=True)))
+        return float(self._delta(checks.epsilon("epsilon", epsilon, allow_zero=True)))
 
     def copy(self) -> "_DpAccountingAccountant":
         """An independent accountant with the same configuration and composed history."""
@@ -293,7 +293,7 @@ class RdpAccountant(_DpAccountingAccountant):
 
     def epsilon_and_order(self, delta: float) -> tuple[float, float]:
         """``(epsilon, optimal order)`` at ``delta``."""
-        eps, order = _rdp.compute_epsilon(self._orders, self._total, _validate.delta(delta))
+        eps, order = _rdp.compute_epsilon(self._orders, self._total, checks.delta("delta", delta, scalar=True))
         return float(eps), float(order)
 
 
@@ -314,7 +314,7 @@ class PldAccountant(_DpAccountingAccountant):
     def __init__(self, value_discretization_interval: float = 1e-4,
                  neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
         super().__init__(neighboring_relation)
-        self._vdi = _validate.positive(value_discretization_interval, "value_discretization_interval")
+        self._vdi = checks.positive_float("value_discretization_interval", value_discretization_interval)
         self._acc = _pld.PLDAccountant(neighboring_relation=self._relation,
                                        value_discretization_interval=self._vdi)
 
@@ -451,9 +451,9 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
     Returns:
       The event of one step, wrapped in ``SelfComposedDpEvent`` when ``steps > 1``.
     """
-    sigma = _validate.positive(noise_multiplier, "noise_multiplier")
-    q = _validate.sampling_rate(sampling_rate)
-    steps = _validate.count(steps, "steps")
+    sigma = checks.positive_float("noise_multiplier", noise_multiplier)
+    q = checks.sampling_rate("sampling_rate", sampling_rate)
+    steps = checks.non_negative_int("steps", steps)
     gauss = _events.clipped_sum_gaussian(sigma)
     if sampling == "poisson":
         event = gauss if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, gauss)
@@ -464,8 +464,8 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
     elif sampling == "with_replacement":
         if dataset_size is None or sample_size is None:
             raise ValueError("sampling='with_replacement' needs dataset_size and sample_size")
-        n = _validate.count(dataset_size, "dataset_size", minimum=1)
-        k = _validate.count(sample_size, "sample_size", minimum=1)
+        n = checks.positive_int("dataset_size", dataset_size)
+        k = checks.positive_int("sample_size", sample_size)
         if q != 1.0 and not np.isclose(q, k / n):
             raise ValueError(
                 f"sampling_rate {sampling_rate!r} disagrees with sample_size/dataset_size = {k}/{n}")
@@ -480,13 +480,13 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
 def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float) -> tuple[float, float]:
     """``(epsilon, optimal order)`` of an RDP curve at ``delta``, by ``dp_accounting.rdp.compute_epsilon``
     (the modern conversion). Use for mechanisms whose RDP curve is known but have no ``DpEvent``."""
-    delta = _validate.delta(delta)
+    delta = checks.delta("delta", delta, scalar=True)
     eps, order = _rdp.compute_epsilon(list(orders), list(rdp), delta)
     return float(eps), float(order)
 
 
 def rdp_to_delta(orders: Sequence[float], rdp: Sequence[float], epsilon: float) -> tuple[float, float]:
     """``(delta, optimal order)`` of an RDP curve at ``epsilon`` (nats), by ``dp_accounting``."""
-    epsilon = _validate.epsilon(epsilon, allow_zero=True)
+    epsilon = checks.epsilon("epsilon", epsilon, allow_zero=True)
     d, order = _rdp.rdp_privacy_accountant.compute_delta(list(orders), list(rdp), epsilon)
     return float(d), float(order)

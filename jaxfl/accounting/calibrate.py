@@ -12,7 +12,7 @@ from typing import Any, Callable
 import dp_accounting
 from dp_accounting import mechanism_calibration as _mc
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 from jaxfl.accounting.accountants import DpEvent, gaussian_event, make_accountant
 
 
@@ -21,7 +21,7 @@ def epsilon_for(noise_multiplier: float, sampling_rate: float, steps: int, delta
     """Epsilon (nats) of ``steps`` Poisson-subsampled Gaussian releases at rate ``sampling_rate``
     (``1.0`` = plain Gaussian) with the given noise multiplier, at ``delta``, add/remove-one neighbours
     unless ``neighboring_relation`` is passed in ``accountant_kw``."""
-    delta = _validate.delta(delta)
+    delta = checks.delta("delta", delta, scalar=True)
     event = gaussian_event(noise_multiplier, sampling_rate, steps)
     return make_accountant(accountant, **accountant_kw).compose(event).epsilon(delta)
 
@@ -31,9 +31,9 @@ def noise_multiplier_for(target_epsilon: float, sampling_rate: float, steps: int
     """The smallest noise multiplier (within ``tol``, absolute) whose ``steps`` Poisson-subsampled Gaussian
     releases at rate ``sampling_rate`` are (``target_epsilon``, ``delta``)-DP. The returned value always
     meets the budget (its epsilon is <= ``target_epsilon``)."""
-    target_epsilon = _validate.epsilon(target_epsilon, "target_epsilon")
-    q = _validate.sampling_rate(sampling_rate)
-    steps = _validate.count(steps, "steps", minimum=1)
+    target_epsilon = checks.epsilon("target_epsilon", target_epsilon)
+    q = checks.sampling_rate("sampling_rate", sampling_rate)
+    steps = checks.positive_int("steps", steps)
     return calibrate(lambda s: gaussian_event(s, q, steps), target_epsilon, delta,
                      accountant=accountant, tol=tol, **accountant_kw)
 
@@ -93,8 +93,8 @@ def calibrate(make_event: Callable[[float], DpEvent], target_epsilon: float, del
       discrete: integer-valued parameter (then an ``int`` is returned).
       **accountant_kw: passed to the accountant's constructor.
     """
-    target_epsilon = _validate.epsilon(target_epsilon, "target_epsilon")
-    delta = _validate.delta(delta)
+    target_epsilon = checks.epsilon("target_epsilon", target_epsilon)
+    delta = checks.delta("delta", delta, scalar=True)
     make_accountant(accountant, **accountant_kw)  # fail early on an unknown name
 
     def fresh() -> _FreshAccountant:

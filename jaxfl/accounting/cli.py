@@ -37,7 +37,7 @@ import math
 import sys
 from typing import Any
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 from jaxfl.accounting import dprec as _dprec
 from jaxfl.accounting.accountants import available_accountants
 from jaxfl.accounting.calibrate import epsilon_for, noise_multiplier_for
@@ -141,18 +141,18 @@ def run_account(args: argparse.Namespace) -> int:
     missing = _gaussian_missing(args)
     if missing:
         raise ValueError(f"--accountant {name}: {missing}")
-    delta = _validate.delta(args.delta, "--delta")
+    delta = checks.delta("--delta", args.delta, scalar=True)
     rate = getattr(args, "sampling_rate", None)
-    q = _validate.sampling_rate(1.0 if rate is None else rate, "--sampling-rate")
+    q = checks.sampling_rate("--sampling-rate", 1.0 if rate is None else rate)
     if args.noise_multiplier is not None:
-        sigma = _validate.positive(args.noise_multiplier, "--noise-multiplier")
-        steps = _validate.count(args.steps, "--steps")
+        sigma = checks.positive_float("--noise-multiplier", args.noise_multiplier)
+        steps = checks.non_negative_int("--steps", args.steps)
         eps = epsilon_for(sigma, q, steps, delta, accountant=name)
         result = {"epsilon": eps, "delta": delta, "accountant": name}
         value = eps
     else:
-        target = _validate.epsilon(args.target_epsilon, "--target-epsilon")
-        steps = _validate.count(args.steps, "--steps", minimum=1)
+        target = checks.epsilon("--target-epsilon", args.target_epsilon)
+        steps = checks.positive_int("--steps", args.steps)
         sigma = noise_multiplier_for(target, q, steps, delta, accountant=name)
         result = {"noise_multiplier": sigma, "epsilon": target, "delta": delta, "accountant": name}
         value = sigma
@@ -169,16 +169,16 @@ def _run_dprec(args: argparse.Namespace) -> int:
     missing = [flag for attr, flag in _DPREC_REQUIRED if getattr(args, attr, None) is None]
     if missing:
         raise ValueError(f"--accountant dprec needs {', '.join(missing)}")
-    bits = _validate.count(args.bits, "--bits", minimum=1)
-    clients = _validate.count(args.clients, "--clients", minimum=2)
-    per_round = _validate.count(args.clients_per_round, "--clients-per-round", minimum=1)
-    rounds = _validate.count(args.rounds, "--rounds", minimum=1 if clip is None else 0)
+    bits = checks.positive_int("--bits", args.bits)
+    clients = checks.integer("--clients", args.clients, minimum=2)
+    per_round = checks.positive_int("--clients-per-round", args.clients_per_round)
+    rounds = checks.integer("--rounds", args.rounds, minimum=1 if clip is None else 0)
     delta = (_dprec.default_delta(clients) if getattr(args, "delta", None) is None
-             else _validate.delta(args.delta, "--delta"))
+             else checks.delta("--delta", args.delta, scalar=True))
     setting = {"delta": delta, "accountant": DPREC, "bits": bits, "clients": clients,
                "clients_per_round": per_round, "rounds": rounds}
     if clip is not None:
-        clip = _validate.positive(clip, "--clip-multiplier")
+        clip = checks.positive_float("--clip-multiplier", clip)
         acc = _dprec.dprec_accountant(clip, bits=bits, num_clients=clients, clients_per_round=per_round,
                                       rounds=rounds)
         eps, order = acc.epsilon_and_order(delta)
@@ -190,7 +190,7 @@ def _run_dprec(args: argparse.Namespace) -> int:
                   "order": None if math.isnan(order) else order}
         value = eps
     else:
-        target = _validate.epsilon(target, "--target-epsilon")
+        target = checks.epsilon("--target-epsilon", target)
         try:
             clip = _dprec.calibrate_clip_multiplier(target, bits=bits, num_clients=clients,
                                                     clients_per_round=per_round, rounds=rounds, delta=delta)

@@ -16,7 +16,7 @@ from typing import Sequence
 import dp_accounting
 import numpy as np
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 
 
 def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -28,9 +28,9 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> fl
     epsilon' <= 1). ``epsilon > 1`` raises ``ValueError``: there the formula is not a theorem (use
     :func:`gaussian_sigma_bun_steinke` or :func:`analytic_gaussian_sigma`).
     """
-    epsilon = _validate.epsilon(epsilon)
-    delta = _validate.delta(delta)
-    sensitivity = _validate.positive(sensitivity, "sensitivity")
+    epsilon = checks.epsilon("epsilon", epsilon)
+    delta = checks.delta("delta", delta, scalar=True)
+    sensitivity = checks.positive_float("sensitivity", sensitivity)
     if epsilon > 1.0:
         raise ValueError(f"the classic Gaussian mechanism (Dwork-Roth Thm A.1) needs epsilon <= 1, got "
                          f"{epsilon!r}; use gaussian_sigma_bun_steinke or analytic_gaussian_sigma")
@@ -43,9 +43,9 @@ def gaussian_sigma_bun_steinke(epsilon: float, delta: float, sensitivity: float 
 
     Valid for ``epsilon <= 8 ln(1/delta)`` (the range the paper states; larger epsilon raises ``ValueError``).
     """
-    epsilon = _validate.epsilon(epsilon)
-    delta = _validate.delta(delta)
-    sensitivity = _validate.positive(sensitivity, "sensitivity")
+    epsilon = checks.epsilon("epsilon", epsilon)
+    delta = checks.delta("delta", delta, scalar=True)
+    sensitivity = checks.positive_float("sensitivity", sensitivity)
     limit = 8.0 * math.log(1.0 / delta)
     if epsilon > limit:
         raise ValueError(f"the Bun-Steinke Gaussian form needs epsilon <= 8 ln(1/delta) = {limit:g}, "
@@ -56,18 +56,18 @@ def gaussian_sigma_bun_steinke(epsilon: float, delta: float, sensitivity: float 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """Smallest noise std for (epsilon, delta)-DP of one Gaussian release (analytic Gaussian mechanism,
     Balle & Wang 2018, Thm 8), by ``dp_accounting.get_sigma_gaussian``. Valid for every epsilon > 0."""
-    epsilon = _validate.epsilon(epsilon)
-    delta = _validate.delta(delta)
-    sensitivity = _validate.positive(sensitivity, "sensitivity")
+    epsilon = checks.epsilon("epsilon", epsilon)
+    delta = checks.delta("delta", delta, scalar=True)
+    sensitivity = checks.positive_float("sensitivity", sensitivity)
     return float(dp_accounting.get_sigma_gaussian(epsilon, delta)) * sensitivity
 
 
 def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
     """Exact epsilon of one Gaussian release with noise std ``sigma`` at ``delta`` (Balle & Wang 2018), by
     ``dp_accounting.get_epsilon_gaussian``."""
-    sigma = _validate.positive(sigma, "sigma")
-    delta = _validate.delta(delta)
-    sensitivity = _validate.positive(sensitivity, "sensitivity")
+    sigma = checks.positive_float("sigma", sigma)
+    delta = checks.delta("delta", delta, scalar=True)
+    sensitivity = checks.positive_float("sensitivity", sensitivity)
     return float(dp_accounting.get_epsilon_gaussian(sigma / sensitivity, delta))
 
 
@@ -101,17 +101,16 @@ def advanced_composition(eps_per_step: float | Sequence[float], delta_per_step: 
       ``(epsilon, delta)`` of the composition.
     """
     if steps is not None:
-        steps = _validate.count(steps, "steps")
-    delta_prime = _validate.delta(delta_prime, "delta_prime")
+        steps = checks.non_negative_int("steps", steps)
+    delta_prime = checks.delta("delta_prime", delta_prime, scalar=True)
     eps = _per_step(eps_per_step, steps, "eps_per_step")
     dlt = _per_step(delta_per_step, steps if steps is not None else eps.size, "delta_per_step")
     if steps is None and dlt.size != eps.size:
         raise ValueError(f"eps_per_step has {eps.size} entries but delta_per_step has {dlt.size}")
     for e in eps:
-        _validate.epsilon(float(e), "eps_per_step")
+        checks.epsilon("eps_per_step", float(e))
     for d in dlt:
-        if not 0.0 <= d < 1.0:
-            raise ValueError(f"delta_per_step must be in [0, 1), got {d!r}")
+        checks.delta("delta_per_step", float(d), allow_zero=True, scalar=True)
     total_eps = math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(eps ** 2))) + float(
         np.sum(eps * np.expm1(eps)))
     return total_eps, float(np.sum(dlt)) + delta_prime
@@ -127,9 +126,9 @@ def advanced_composition_per_step(target_eps: float, target_delta: float, steps:
     ``R eps~ (e^{eps~} - 1) <= 2 R eps~^2``, which needs ``eps~ <= 1`` (it fails e.g. for R = 1,
     eps0 = 2 ln(2/delta0)). In the paper's regime eps~ <= eps' <= 1 holds anyway.
     """
-    target_eps = _validate.epsilon(target_eps, "target_eps")
-    target_delta = _validate.delta(target_delta, "target_delta")
-    steps = _validate.count(steps, "steps", minimum=1)
+    target_eps = checks.epsilon("target_eps", target_eps)
+    target_delta = checks.delta("target_delta", target_delta, scalar=True)
+    steps = checks.positive_int("steps", steps)
     limit = 2.0 * math.log(2.0 / target_delta)
     if target_eps > limit:
         raise ValueError(f"the per-step split needs target_eps <= 2 ln(2/target_delta) = {limit:g}, "
@@ -149,9 +148,9 @@ def amplify_with_replacement_ullman(epsilon: float, sample_size: int, dataset_si
 
     Valid for ``eps <= 1`` (the input epsilon, the paper's ``eps' <= 1`` condition), else ``ValueError``.
     """
-    epsilon = _validate.epsilon(epsilon)
-    k = _validate.count(sample_size, "sample_size", minimum=1)
-    n = _validate.count(dataset_size, "dataset_size", minimum=1)
+    epsilon = checks.epsilon("epsilon", epsilon)
+    k = checks.positive_int("sample_size", sample_size)
+    n = checks.positive_int("dataset_size", dataset_size)
     if epsilon > 1.0:
         raise ValueError(f"Ullman's amplification by sampling with replacement needs epsilon <= 1, "
                          f"got {epsilon!r}")
@@ -161,9 +160,9 @@ def amplify_with_replacement_ullman(epsilon: float, sample_size: int, dataset_si
 def amplify_poisson(epsilon: float, delta: float, sampling_rate: float) -> tuple[float, float]:
     """Amplification by Poisson subsampling (Li, Qardaji & Su 2012; Balle, Barthe & Gaboardi 2018, Thm 8;
     add/remove-one neighbours): ``(log(1 + q (e^eps - 1)), q delta)``."""
-    epsilon = _validate.epsilon(epsilon)
-    delta = _validate_delta_closed(delta)
-    q = _validate.sampling_rate(sampling_rate)
+    epsilon = checks.epsilon("epsilon", epsilon)
+    delta = checks.delta("delta", delta, allow_zero=True, scalar=True)
+    q = checks.sampling_rate("sampling_rate", sampling_rate)
     return math.log1p(q * math.expm1(epsilon)), q * delta
 
 
@@ -171,10 +170,10 @@ def amplify_without_replacement(epsilon: float, delta: float, sample_size: int,
                                 dataset_size: int) -> tuple[float, float]:
     """Amplification by sampling ``m`` of ``n`` records uniformly without replacement (Balle, Barthe &
     Gaboardi 2018, Thm 9; replace-one neighbours): ``(log(1 + (m/n)(e^eps - 1)), (m/n) delta)``."""
-    epsilon = _validate.epsilon(epsilon)
-    delta = _validate_delta_closed(delta)
-    m = _validate.count(sample_size, "sample_size", minimum=1)
-    n = _validate.count(dataset_size, "dataset_size", minimum=1)
+    epsilon = checks.epsilon("epsilon", epsilon)
+    delta = checks.delta("delta", delta, allow_zero=True, scalar=True)
+    m = checks.positive_int("sample_size", sample_size)
+    n = checks.positive_int("dataset_size", dataset_size)
     if m > n:
         raise ValueError(f"sample_size must be <= dataset_size, got {m} > {n}")
     q = m / n
@@ -190,16 +189,7 @@ def parallel_composition(epsilons: float | Sequence[float],
     if eps.size == 0:
         raise ValueError("epsilons must not be empty")
     for e in eps:
-        _validate.epsilon(float(e), "epsilons", allow_zero=True)
+        checks.epsilon("epsilons", float(e), allow_zero=True)
     for d in dlt:
-        _validate_delta_closed(float(d), "deltas")
+        checks.delta("deltas", float(d), allow_zero=True, scalar=True)
     return float(eps.max()), float(dlt.max())
-
-
-def _validate_delta_closed(value: float, name: str = "delta") -> float:
-    """delta in [0, 1) (pure DP allowed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-    return float(value)

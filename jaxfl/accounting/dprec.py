@@ -50,7 +50,7 @@ import dp_accounting
 import numpy as np
 from dp_accounting import rdp as _rdp
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 from jaxfl.accounting.accountants import DpEvent, NeighboringRelation, _DpAccountingAccountant
 from jaxfl.accounting.events import DprecDpEvent, _bits, _clip_multiplier
 
@@ -239,12 +239,12 @@ class DprecAccountant(_DpAccountingAccountant):
     def epsilon_and_order(self, delta: float) -> tuple[float, float]:
         """``(epsilon, optimal Rényi order alpha = lambda + 1)`` at ``delta``; ``(inf, nan)`` when
         ``delta`` does not exceed the overhead (see :meth:`infeasibility`), ``(0, nan)`` when empty."""
-        return self._epsilon_and_order(_validate.delta(delta))
+        return self._epsilon_and_order(checks.delta("delta", delta, scalar=True))
 
     def infeasibility(self, delta: float) -> str | None:
         """``None`` when ``delta`` leaves a valid guarantee, else a one-line reason (the overhead is at
         least ``delta``)."""
-        delta = _validate.delta(delta)
+        delta = checks.delta("delta", delta, scalar=True)
         if delta > self._overhead:
             return None
         return (f"no valid DP-REC guarantee: the importance-sampling overhead 12*sum(e^(c^2))/2^bits = "
@@ -278,7 +278,7 @@ class DprecAccountant(_DpAccountingAccountant):
 
 
 def _num_clients(value: Any, name: str = "num_clients") -> int:
-    return _validate.count(value, name, minimum=2)
+    return checks.integer(name, value, minimum=2)
 
 
 def default_delta(num_clients: int) -> float:
@@ -290,8 +290,8 @@ def dprec_round_event(clip_multiplier: float, bits: int, num_clients: int,
                       clients_per_round: int) -> DpEvent:
     """One DP-REC round: ``clients_per_round`` slots drawn with replacement from ``num_clients`` clients,
     each a :class:`DprecDpEvent` (``bits`` = total index bits of one update)."""
-    n = _validate.count(num_clients, "num_clients", minimum=1)
-    b = _validate.count(clients_per_round, "clients_per_round", minimum=1)
+    n = checks.positive_int("num_clients", num_clients)
+    b = checks.positive_int("clients_per_round", clients_per_round)
     return dp_accounting.SampledWithReplacementDpEvent(n, b, DprecDpEvent(clip_multiplier, bits))
 
 
@@ -300,7 +300,7 @@ def dprec_accountant(clip_multiplier: float, *, bits: int, num_clients: int, cli
     """A :class:`DprecAccountant` with ``rounds`` DP-REC rounds composed (``rounds * clients_per_round``
     steps at mixture weight ``1 / num_clients``)."""
     event = dprec_round_event(clip_multiplier, bits, num_clients, clients_per_round)
-    return DprecAccountant(orders=orders).compose(event, _validate.count(rounds, "rounds"))
+    return DprecAccountant(orders=orders).compose(event, checks.non_negative_int("rounds", rounds))
 
 
 def dprec_epsilon(clip_multiplier: float, *, bits: int, num_clients: int, clients_per_round: int, rounds: int,
@@ -320,7 +320,7 @@ def dprec_epsilon(clip_multiplier: float, *, bits: int, num_clients: int, client
     """
     acc = dprec_accountant(clip_multiplier, bits=bits, num_clients=num_clients,
                            clients_per_round=clients_per_round, rounds=rounds)
-    delta = default_delta(num_clients) if delta is None else _validate.delta(delta)
+    delta = default_delta(num_clients) if delta is None else checks.delta("delta", delta, scalar=True)
     return acc.epsilon(delta)
 
 
@@ -328,7 +328,7 @@ def dprec_delta_overhead(clip_multiplier: float, bits: int, steps: int) -> float
     """The delta overhead ``12 steps e^{c^2} / 2^bits`` of ``steps`` DP-REC steps (a probability; ``inf``
     on overflow). ``bits`` are the total index bits of one update."""
     c = _clip_multiplier(clip_multiplier)
-    return _overhead(_log_overhead_step(c, _bits(bits)), _validate.count(steps, "steps"))
+    return _overhead(_log_overhead_step(c, _bits(bits)), checks.non_negative_int("steps", steps))
 
 
 def _local_epsilon_and_lambda(clip_multiplier: float, bits: int, delta: float) -> tuple[float, float]:
@@ -355,7 +355,7 @@ def dprec_local_epsilon(clip_multiplier: float, *, bits: int, delta: float) -> f
     """Local epsilon (nats) of one DP-REC update without amplification (digest §3, after Alg. 7):
     ``min_lambda [(lambda + 1) c^2 - log(delta - 12 e^{c^2} / 2^bits) / lambda]`` over real ``lambda > 0``
     (scalar minimisation; the objective is convex). ``inf`` when ``delta <= 12 e^{c^2} / 2^bits``."""
-    return _local_epsilon_and_lambda(clip_multiplier, _bits(bits), _validate.delta(delta))[0]
+    return _local_epsilon_and_lambda(clip_multiplier, _bits(bits), checks.delta("delta", delta, scalar=True))[0]
 
 
 def _max_feasible_clip(bits: int, steps: int, delta: float) -> float:
@@ -380,13 +380,13 @@ def calibrate_clip_multiplier(target_epsilon: float, *, bits: int, num_clients: 
     """
     from scipy import optimize
 
-    target = _validate.epsilon(target_epsilon, "target_epsilon")
+    target = checks.epsilon("target_epsilon", target_epsilon)
     n = _num_clients(num_clients)
-    b = _validate.count(clients_per_round, "clients_per_round", minimum=1)
-    t = _validate.count(rounds, "rounds", minimum=1)
+    b = checks.positive_int("clients_per_round", clients_per_round)
+    t = checks.positive_int("rounds", rounds)
     bits = _bits(bits)
-    delta = default_delta(n) if delta is None else _validate.delta(delta)
-    tol = _validate.positive(tol, "tol")
+    delta = default_delta(n) if delta is None else checks.delta("delta", delta, scalar=True)
+    tol = checks.positive_float("tol", tol)
 
     seen: dict[float, float] = {}
 
@@ -439,12 +439,12 @@ def dpfedavg_epsilon(noise_multiplier: float, *, sampling_rate: float, rounds: i
     """Epsilon (nats) of DP-FedAvg as the paper accounts its baseline: ``rounds`` Poisson-subsampled
     Gaussian releases at rate ``sampling_rate = B/N`` with noise multiplier ``z`` (noise std ``z C``), RDP
     at integer orders 2..300 and the classic conversion (through :class:`DprecAccountant`)."""
-    z = _validate.positive(noise_multiplier, "noise_multiplier")
-    q = _validate.sampling_rate(sampling_rate)
-    t = _validate.count(rounds, "rounds")
+    z = checks.positive_float("noise_multiplier", noise_multiplier)
+    q = checks.sampling_rate("sampling_rate", sampling_rate)
+    t = checks.non_negative_int("rounds", rounds)
     gauss = dp_accounting.GaussianDpEvent(z)
     event = gauss if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, gauss)
-    return DprecAccountant().compose(event, t).epsilon(_validate.delta(delta))
+    return DprecAccountant().compose(event, t).epsilon(checks.delta("delta", delta, scalar=True))
 
 
 def calibrate_dpfedavg_noise(target_epsilon: float, *, sampling_rate: float, rounds: int, delta: float,
@@ -454,7 +454,7 @@ def calibrate_dpfedavg_noise(target_epsilon: float, *, sampling_rate: float, rou
     conversion as DP-REC. Epsilon decreases in ``z``; Brent's method on a geometric bracket."""
     from scipy import optimize
 
-    target = _validate.epsilon(target_epsilon, "target_epsilon")
+    target = checks.epsilon("target_epsilon", target_epsilon)
     eps = lambda z: dpfedavg_epsilon(z, sampling_rate=sampling_rate, rounds=rounds, delta=delta)
     lo, hi = 0.25, 1.0
     while eps(hi) > target:

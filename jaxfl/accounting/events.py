@@ -30,7 +30,7 @@ from typing import Any
 
 import dp_accounting
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 
 DpEvent = dp_accounting.DpEvent
 NeighboringRelation = dp_accounting.NeighboringRelation
@@ -91,7 +91,7 @@ def clipped_sum_gaussian(noise_multiplier: float, relation: Any = NeighboringRel
         its lower-case name); validated, and documented here, but it does not change the event.
     """
     _relation(relation)
-    z = _validate.epsilon(noise_multiplier, "noise_multiplier", allow_zero=True)  # finite and >= 0
+    z = checks.epsilon("noise_multiplier", noise_multiplier, allow_zero=True)  # finite and >= 0
     return dp_accounting.GaussianDpEvent(z)
 
 
@@ -180,11 +180,11 @@ class ShuffledGaussianDpEvent(DpEvent):
 
 
 def _clip_multiplier(value: Any) -> float:
-    return _validate.positive(value, "clip_multiplier")
+    return checks.positive_float("clip_multiplier", value)
 
 
 def _bits(value: Any) -> int:
-    return _validate.count(value, "bits", minimum=1)
+    return checks.positive_int("bits", value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from jaxfl.accounting import _validate
+from jaxfl import checks
 from jaxfl.accounting.accountants import (Accountant, DpEvent, UnsupportedEventError, accountant_relations,
                                           check_relation, make_accountant)
 from jaxfl.accounting.events import RoundCycleDpEvent, RoundScheduleDpEvent, per_round_members
@@ -86,19 +86,18 @@ class SiloLedger:
     def __init__(self, silo_events: DpEvent | Sequence[DpEvent], accountant: str = "rdp", *,
                  num_silos: int | None = None, composition: str = "sequential", round_limit: int | None = None,
                  neighboring_relation: Any = None, **accountant_kw: Any):
-        if composition not in ("sequential", "parallel"):
-            raise ValueError(f"composition must be 'sequential' or 'parallel', got {composition!r}")
+        checks.one_of("composition", composition, ("sequential", "parallel"))
         self._parallel = composition == "parallel"
-        self._round_limit = None if round_limit is None else _validate.count(round_limit, "round_limit")
+        self._round_limit = None if round_limit is None else checks.non_negative_int("round_limit", round_limit)
         if isinstance(silo_events, DpEvent):
             if num_silos is None:
                 raise ValueError("a single shared event needs num_silos")
-            events = [silo_events] * _validate.count(num_silos, "num_silos", minimum=1)
+            events = [silo_events] * checks.positive_int("num_silos", num_silos)
         else:
             events = list(silo_events)
             if not events:
                 raise ValueError("silo_events must not be empty")
-            if num_silos is not None and _validate.count(num_silos, "num_silos", minimum=1) != len(events):
+            if num_silos is not None and checks.positive_int("num_silos", num_silos) != len(events):
                 raise ValueError(f"num_silos={num_silos!r} but {len(events)} silo events were given")
         for i, event in enumerate(events):
             if not isinstance(event, DpEvent):
@@ -163,7 +162,7 @@ class SiloLedger:
     def record(self, rounds: int = 1) -> "SiloLedger":
         """Composes every silo's per-round event ``rounds`` (>= 0) more times; returns ``self``. Recording
         past the end of a :class:`RoundScheduleDpEvent` raises ``ValueError`` naming the round."""
-        rounds = _validate.count(rounds, "rounds")
+        rounds = checks.non_negative_int("rounds", rounds)
         self._check_schedules(rounds)  # before composing anything: a refused record leaves no trace
         if rounds:
             compositions = self._compositions(rounds)
@@ -213,14 +212,7 @@ class SiloLedger:
 
     # -- queries --------------------------------------------------------------------------------------
     def _deltas(self, delta: float | Sequence[float] | np.ndarray) -> np.ndarray:
-        arr = np.asarray(delta, dtype=np.float64)
-        if arr.ndim == 0:
-            arr = np.full(self.num_silos, float(_validate.delta(float(arr))))
-        elif arr.shape != (self.num_silos,):
-            raise ValueError(f"delta must be a scalar or have shape ({self.num_silos},), got {arr.shape}")
-        for d in arr:
-            _validate.delta(float(d))
-        return arr
+        return checks.delta("delta", checks.per_silo("delta", delta, self.num_silos))
 
     def _groups_deltas(self, deltas: np.ndarray) -> list[list[float]]:
         per_group: list[list[float]] = [[] for _ in self._unique]
@@ -263,8 +255,8 @@ class SiloLedger:
 
     def can_record(self, epsilon: float, delta: float | Sequence[float] | np.ndarray, rounds: int = 1) -> bool:
         """Whether recording ``rounds`` more rounds keeps every silo within (epsilon, delta)."""
-        target = _validate.epsilon(epsilon)
-        rounds = _validate.count(rounds, "rounds")
+        target = checks.epsilon("epsilon", epsilon)
+        rounds = checks.non_negative_int("rounds", rounds)
         self._check_schedules(rounds)
         return self._within(rounds, target, self._groups_deltas(self._deltas(delta)))
 
@@ -274,8 +266,8 @@ class SiloLedger:
         <= ``epsilon`` at ``delta``; 0 also when the ledger is already over budget. Does not mutate the
         ledger. Exponential then binary search (epsilon is non-decreasing in t). With a
         :class:`RoundScheduleDpEvent`, ``max_rounds`` may not run past the schedule (``ValueError``)."""
-        target = _validate.epsilon(epsilon)
-        max_rounds = _validate.count(max_rounds, "max_rounds")
+        target = checks.epsilon("epsilon", epsilon)
+        max_rounds = checks.non_negative_int("max_rounds", max_rounds)
         self._check_schedules(max_rounds)
         per_group = self._groups_deltas(self._deltas(delta))
         if max_rounds == 0 or not self._within(0, target, per_group):

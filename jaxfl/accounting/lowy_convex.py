@@ -16,22 +16,17 @@ import math
 import dp_accounting
 import numpy as np
 
-from jaxfl.accounting import _validate, closed_forms
+from jaxfl import checks
+from jaxfl.accounting import closed_forms
 from jaxfl.accounting.accountants import NeighboringRelation, _DpAccountingAccountant
 from jaxfl.accounting.events import clipped_sum_sensitivity
 
 
 def _checked(**values):
-    out = {}
-    for name, value in values.items():
-        arr = np.asarray(value, dtype=np.float64)
-        if name.startswith("delta"):
-            if np.any(~((arr > 0) & (arr < 1))):
-                raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-        elif np.any(~(arr > 0)) or np.any(~np.isfinite(arr)):
-            raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-        out[name] = arr
-    return out.values()
+    """Each value as a ``float64`` array (scalars 0-d): ``delta*`` in (0, 1), the others finite and > 0
+    (:mod:`jaxfl.checks`)."""
+    return [np.asarray(checks.delta(name, value) if name.startswith("delta") else checks.positive_floats(name, value),
+                       dtype=np.float64) for name, value in values.items()]
 
 
 def _scalar_or_array(x):
@@ -120,7 +115,7 @@ def sigma_experiment_local_sgd(lipschitz, n, rounds, local_steps, epsilon, delta
 def noise_multiplier_from_sigma(sigma, clip_norm, batch_size):
     """The engine's noise multiplier ``z`` for noise std ``sigma`` on a silo's *mean* of ``batch_size``
     clipped gradients: jaxfl adds ``N(0, (z C)^2)`` to the *sum*, so ``z = sigma K / C``."""
-    sigma = _validate.positive(sigma, "sigma") if np.ndim(sigma) == 0 else np.asarray(sigma, float)
+    sigma = checks.positive_float("sigma", sigma) if np.ndim(sigma) == 0 else np.asarray(sigma, float)
     return sigma * batch_size / clip_norm
 
 

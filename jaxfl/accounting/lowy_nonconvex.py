@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from jaxfl.accounting import _validate, lowy_convex
+from jaxfl import checks
+from jaxfl.accounting import lowy_convex
 
 # Guard for floor/ceil of values that are integers up to float rounding.
 _ROUND_SLACK = 1e-12
@@ -32,11 +33,11 @@ def _ceil(x: float) -> int:
 
 
 def _pos(value, name: str) -> float:
-    return _validate.positive(value, name)
+    return checks.positive_float(name, value)
 
 
 def _cnt(value, name: str) -> int:
-    return _validate.count(value, name, minimum=1)
+    return checks.positive_int(name, value)
 
 
 def _silos(num_silos, silos_per_round) -> tuple[int, int]:
@@ -74,8 +75,8 @@ def sigma_prox_sgd(lipschitz, batch_size, epsilon, delta, *, printed=False) -> f
     """
     L = _pos(lipschitz, "lipschitz")
     K = _cnt(batch_size, "batch_size")
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     if printed:
         _require_eps_at_most(eps, min(8 * math.log(1 / dlt), 15.0), "Theorem 2.1 (printed) with this delta")
         return math.sqrt(8 * L**2 * math.log(1 / dlt) / (eps**2 * K**2))
@@ -95,8 +96,8 @@ def prox_sgd_rounds(kappa, mu, gap, lipschitz, M, n, epsilon, delta, dim, *, num
     L = _pos(lipschitz, "lipschitz")
     M = _cnt(M, "M")
     n = _cnt(n, "n")
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     d = _cnt(dim, "dim")
     if num_silos is None:
         privacy_term = eps**2 * n**2 * M / (d * math.log(1 / dlt))
@@ -141,8 +142,8 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
     """
     L = _pos(lipschitz, "lipschitz")
     n = _cnt(n, "n")
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     S = _cnt(restarts, "restarts")
     E = _cnt(epochs, "epochs")
     R = _cnt(rounds, "rounds")
@@ -160,7 +161,8 @@ def pl_svrg_batch(n, epsilon, delta, restarts, rounds) -> int:
     (at least 1): seed 000's :func:`lowy_convex.min_batch_theorem` with ``S R`` rounds."""
     S = _cnt(restarts, "restarts")
     R = _cnt(rounds, "rounds")
-    return int(lowy_convex.min_batch_theorem(_cnt(n, "n"), S * R, _validate.epsilon(epsilon), _validate.delta(delta)))
+    return int(lowy_convex.min_batch_theorem(_cnt(n, "n"), S * R, checks.epsilon("epsilon", epsilon),
+                                             checks.delta("delta", delta, scalar=True)))
 
 
 def pl_svrg_step_size(beta, batch_size, silos_per_round, n) -> float:
@@ -193,8 +195,8 @@ def sigma_spider(lipschitz, n, epsilon, delta, *, rounds, phase_length, smoothne
     """
     L = _pos(lipschitz, "lipschitz")
     n = _cnt(n, "n")
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     R = _cnt(rounds, "rounds")
     q = _cnt(phase_length, "phase_length")
     _require_eps_at_most(eps, 2 * math.log(1 / dlt), "Theorem F.1 (eps <= 2 ln(1/delta)) with this delta")
@@ -240,8 +242,8 @@ def spider_parameters(lipschitz, smoothness, gap, n, dim, epsilon, delta, silos_
     gap = _pos(gap, "gap")
     n = _cnt(n, "n")
     d = _cnt(dim, "dim")
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
     log_term = d * math.log(1 / dlt)
     q_real = (eps * n * L * math.sqrt(M) / math.sqrt(log_term * gap * beta)) ** (2.0 / 3.0)
@@ -258,23 +260,23 @@ def spider_parameters(lipschitz, smoothness, gap, n, dim, epsilon, delta, silos_
 # Alternate Fed-SPIDER (Algorithm 11) and the experiments' baselines (App. H; authors' code)
 
 
-def sigma_mbsgd_experiment(lipschitz, n, epsilon, delta, rounds) -> float:
+def sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) -> float:
     """Seed 002's experiments, ISRL-DP MB-SGD (§4.9; authors' code, moments-accountant heuristic):
     ``sigma^2 = 8 L^2 R ln(2/delta) / (n^2 eps^2)``. (Seed 000's
     :func:`lowy_convex.sigma_experiment_mbsgd` has ``ln(1/delta)``.) Not an accountant-verified bound."""
     L = _pos(lipschitz, "lipschitz")
     n = _cnt(n, "n")
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     R = _cnt(rounds, "rounds")
     return math.sqrt(8 * L**2 * R * math.log(2 / dlt) / (n**2 * eps**2))
 
 
-def sigma_local_sgd_experiment(lipschitz, n, epsilon, delta, rounds, local_steps) -> float:
+def sigma_experiment_local_sgd(lipschitz, n, epsilon, delta, rounds, local_steps) -> float:
     """Seed 002's experiments, ISRL-DP Local SGD (§4.9, code): per local step,
     ``sigma^2 = 8 L^2 K R ln(2/delta) / (n^2 eps^2)`` with ``K`` one-sample local steps per round."""
     K = _cnt(local_steps, "local_steps")
-    return sigma_mbsgd_experiment(lipschitz, n, epsilon, delta, rounds) * math.sqrt(K)
+    return sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) * math.sqrt(K)
 
 
 def sigma_alt_spider(lipschitz, n, epsilon, delta, rounds) -> tuple[float, float]:
@@ -282,19 +284,15 @@ def sigma_alt_spider(lipschitz, n, epsilon, delta, rounds) -> tuple[float, float
     ``32`` and ``8`` times ``L^2 ln(2/delta) R / (n^2 eps^2)`` (variances). The difference step has twice
     the sensitivity (factor 4). Two messages per round are calibrated as if only R mechanisms composed
     (digest §4.8 flag): a reproduction of the paper, not a verified guarantee."""
-    fresh = sigma_mbsgd_experiment(lipschitz, n, epsilon, delta, rounds)
+    fresh = sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds)
     return 2.0 * fresh, fresh
 
 
-def alt_spider_batch(n, epsilon, rounds) -> int:
-    """Alg. 11's (and the paper's baselines') ``K1 = K2 = n sqrt(eps) / (2 sqrt(R))``, truncated to an
-    integer, at least 1 -- seed 000's :func:`lowy_convex.batch_experiment` (same formula)."""
-    return int(lowy_convex.batch_experiment(_cnt(n, "n"), _cnt(rounds, "rounds"), _validate.epsilon(epsilon)))
-
-
 def batch_experiment_paper(n, rounds, epsilon) -> int:
-    """The paper's experiment batch ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` (App. H.2)."""
-    return alt_spider_batch(n, epsilon, rounds)
+    """The paper's experiment batch (App. H.2; Alg. 11's and the baselines' ``K1 = K2``):
+    ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` -- seed 000's :func:`lowy_convex.batch_experiment`
+    (the same formula, one name for it)."""
+    return int(lowy_convex.batch_experiment(_cnt(n, "n"), _cnt(rounds, "rounds"), checks.epsilon("epsilon", epsilon)))
 
 
 def batch_experiment_code(n, rounds) -> int:
@@ -313,8 +311,8 @@ def batch_experiment_code(n, rounds) -> int:
 def sdp_prox_sgd_pvec(epsilon, delta, num_silos, silos_per_round) -> tuple[float, float]:
     """SDP Prox-SGD (Alg. 7): each round runs P_vec at ``(N eps / (2M), delta)``; silo subsampling (M of
     N) then gives (eps, delta)-SDP, which needs ``M >= N min(eps/2, 1)`` (raises otherwise)."""
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
     need = N * min(eps / 2, 1.0)
     if M < need * (1 - _ROUND_SLACK):
@@ -330,8 +328,8 @@ def sdp_svrg_pvec(epsilon, delta, num_silos, silos_per_round, n, batch_size, epo
     (``Q = inner_steps``, normally ``floor(n/K)``). For Alg. 9 (PL restarts) pass
     ``eps / (2 sqrt(2S))`` and ``delta / (2S)``. The amplification step needs ``eps~ <= 1`` (the theorem's
     M condition); the digest (§9 item 5) notes the same ``eps~`` is used for the n-sample checkpoint."""
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
     n = _cnt(n, "n")
     K = _cnt(batch_size, "batch_size")
@@ -358,8 +356,8 @@ def sdp_spider_pvec(epsilon, delta, num_silos, silos_per_round, checkpoint_batch
     ``n`` is the local dataset size; the theory uses ``K1 = K2 = n``, so when ``n`` is None the two batch
     sizes must be equal and are taken as ``n``.
     """
-    eps = _validate.epsilon(epsilon)
-    dlt = _validate.delta(delta)
+    eps = checks.epsilon("epsilon", epsilon)
+    dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
     K1 = _cnt(checkpoint_batch, "checkpoint_batch")
     K2 = _cnt(difference_batch, "difference_batch")
@@ -396,9 +394,38 @@ def noise_multiplier(sigma, clip_norm, batch_size, sensitivity=1.0) -> float:
     return float(lowy_convex.noise_multiplier_from_sigma(sigma, s * C, K))
 
 
+
+EXPERIMENT_ALGORITHMS = ("mbsgd", "local", "spider", "alt")
+
+
+def experiment_noise_multipliers(algorithm: str, n: int, delta: float, epsilon: float, rounds: int, batch_size: int,
+                                 phase_length: int | None = None):
+    """The engine's noise multiplier(s) for the experiments' sigma of ``algorithm`` at ``epsilon``, with
+    ``L = C`` (so they do not depend on the clip ``C``):
+
+    * ``"mbsgd"``: ``sigma K / C`` (:func:`sigma_experiment_mbsgd` on the minibatch mean);
+    * ``"local"``: ``sigma / C`` per one-sample local step (:func:`sigma_experiment_local_sgd`);
+    * ``"spider"`` (FedProx-SPIDER, Alg. 3): ``(sigma_1 K / C, sigma_hat_2 K / (2C))`` from
+      :func:`sigma_spider` (``sigma_2 = inf``: the difference cap);
+    * ``"alt"`` (Alt Fed-SPIDER, Alg. 11): ``(sigma_fresh K / C, sigma_diff K / (2C))``.
+    """
+    if algorithm == "mbsgd":
+        return noise_multiplier(sigma_experiment_mbsgd(1.0, n, epsilon, delta, rounds), 1.0, batch_size)
+    if algorithm == "local":
+        return noise_multiplier(sigma_experiment_local_sgd(1.0, n, epsilon, delta, rounds, batch_size), 1.0, 1)
+    if algorithm == "spider":
+        s1, _, s_hat2 = sigma_spider(1.0, n, epsilon, delta, rounds=rounds, phase_length=phase_length)
+        return noise_multiplier(s1, 1.0, batch_size), noise_multiplier(s_hat2, 1.0, batch_size, sensitivity=2.0)
+    if algorithm == "alt":
+        s_diff, s_fresh = sigma_alt_spider(1.0, n, epsilon, delta, rounds)
+        return (noise_multiplier(s_fresh, 1.0, batch_size),
+                noise_multiplier(s_diff, 1.0, batch_size, sensitivity=2.0))
+    raise ValueError(f"algorithm must be one of {EXPERIMENT_ALGORITHMS}, got {algorithm!r}")
+
 __all__ = [
-    "alt_spider_batch", "batch_experiment_code", "batch_experiment_paper", "noise_multiplier", "pl_svrg_batch",
+    "batch_experiment_code", "batch_experiment_paper", "experiment_noise_multipliers",
+    "noise_multiplier", "pl_svrg_batch",
     "pl_svrg_step_size", "prox_sgd_batch", "prox_sgd_rounds", "sdp_prox_sgd_pvec", "sdp_spider_pvec",
-    "sdp_svrg_pvec", "sigma_alt_spider", "sigma_local_sgd_experiment", "sigma_mbsgd_experiment",
+    "sdp_svrg_pvec", "sigma_alt_spider", "sigma_experiment_local_sgd", "sigma_experiment_mbsgd",
     "sigma_pl_svrg", "sigma_prox_sgd", "sigma_spider", "spider_difference_sigma", "spider_parameters",
 ]

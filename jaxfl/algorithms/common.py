@@ -11,6 +11,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jaxfl import checks
 from jaxfl.accounting.events import RoundScheduleDpEvent
 from jaxfl.engine.protocol import RoundPrivacy, ServerState
 
@@ -36,8 +37,7 @@ def check_private_args(clip_norm, noise_multiplier) -> bool:
         return private  # traced hyperparameters: checked by whoever built the sweep
     if z.ndim > 1 or np.any(~(z >= 0)):
         raise ValueError(f"noise_multiplier must be >= 0 (a scalar or one value per silo), got {noise_multiplier}")
-    if not c > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    checks.positive_float("clip_norm", c, allow_inf=True)
     if private and math.isinf(c):
         raise ValueError(f"noise_multiplier={noise_multiplier} needs a finite clip_norm (got inf)")
     return private

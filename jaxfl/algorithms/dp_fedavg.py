@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxfl.accounting.events import clipped_sum_gaussian
+from jaxfl import checks
 from jaxfl.algorithms.common import apply_server_update, check_private_args, init_server
 from jaxfl.engine import local
 from jaxfl.engine.participation import poisson
@@ -48,14 +49,16 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
     """
     check_private_args(clip_norm, noise_multiplier)
-    if isinstance(client_rate, (int, float)) and not 0.0 < client_rate <= 1.0:
-        raise ValueError(f"client_rate must be in (0, 1], got {client_rate}")
+    if isinstance(client_rate, (int, float)):  # a traced rate (a sweep) is checked by whoever built the sweep
+        checks.probability("client_rate", client_rate)
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
         raise ValueError("dp_fedavg needs a finite clip_norm")
     if (local_steps is None) == (local_epochs is None):
         raise ValueError(f"give local_steps or local_epochs, not both or neither (got {local_steps}, {local_epochs})")
     if local_epochs is not None and batch_size is None:
         raise ValueError("local_epochs needs a batch_size")
+    if local_steps is not None:
+        checks.positive_int("local_steps", local_steps)
     sampler = local.make_sampler(batch_size)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
 

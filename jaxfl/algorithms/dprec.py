@@ -19,7 +19,6 @@ choice of ``R``; both hold here by construction.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
 import dp_accounting
@@ -29,6 +28,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jaxfl import checks
 from jaxfl.accounting.events import DprecDpEvent
 from jaxfl.algorithms.common import check_params, concrete_params, model_template
 from jaxfl.compression import rec
@@ -108,14 +108,9 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients
       clients_per_pass: run the ``B`` slots this many at a time instead of all under one ``vmap``
         (:func:`jaxfl.engine.rounds.make_slot_round`; ``1`` is fastest on CPU for convolutional models).
     """
-    b = int(clients_per_round)
-    sigma, c = float(prior_std), float(clip_multiplier)
-    if b < 1:
-        raise ValueError(f"clients_per_round must be >= 1, got {clients_per_round}")
-    if not (sigma > 0 and math.isfinite(sigma)):
-        raise ValueError(f"prior_std must be a finite number > 0, got {prior_std}")
-    if not (c > 0 and math.isfinite(c)):
-        raise ValueError(f"clip_multiplier must be a finite number > 0, got {clip_multiplier}")
+    b = checks.positive_int("clients_per_round", clients_per_round)
+    sigma = checks.positive_float("prior_std", prior_std)
+    c = checks.positive_float("clip_multiplier", clip_multiplier)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     template = model_template(params)
     make_layout = layout if callable(layout) else (lambda p: layout) if layout is not None else rec.per_tensor

@@ -7,6 +7,9 @@ Factories, all on the shared engine (:func:`jaxfl.engine.rounds.make_round`):
   (``gamma_r = 1/R``, Stich's weights, or the last iterate); Moreau smoothing via
   :func:`moreau_envelope`; ``M_r < N`` available silos.
 * :func:`noisy_local_sgd` -- the experiments' ISRL-DP Local SGD baseline (per-step noise).
+* :func:`authors_scripts_minibatch_sgd` -- MB-SGD as the authors' scripts run it (summed silos, batch-mean
+  clipping, summed gradients, one central draw, window-averaged output; :func:`window_average`): a named
+  variant for reproduction studies, with no privacy guarantee.
 * :func:`accelerated_minibatch_sgd` -- Alg. 1 (AC-SA): one-pass (disjoint batches, parallel
   composition, Thm 3.1) or with replacement (federated ERM, Thm 4.1); the multi-stage restart schedule
   (§3.4) for strongly convex losses and the regularized convex variant.
@@ -28,12 +31,13 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jaxfl import checks
 from jaxfl.accounting.calibrate import calibrate as calibrate_events
 from jaxfl.accounting import lowy_convex
 from jaxfl.accounting.events import clipped_sum_gaussian
 from jaxfl.algorithms.common import (apply_server_update, check_params, check_private_args, init_server,
-                                     model_template, per_silo_noise, safe_mean, sampled_silo_privacy,
-                                     silo_noise_multipliers)
+                                     is_concrete_zero, model_template, per_silo_noise, safe_mean,
+                                     sampled_silo_privacy, silo_noise_multipliers)
 from jaxfl.algorithms.sgd import local_sgd
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
@@ -42,7 +46,8 @@ from jaxfl.accounting.events import PvecDpEvent, ShuffledGaussianDpEvent
 from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle
-from jaxfl.privacy.clipping import per_example_grads
+from jaxfl.privacy.clipping import clip_update, clipped_grad_sum, per_example_grads
+from jaxfl.privacy.noise import add_gaussian_noise
 
 CALIBRATIONS = ("theorem", "experiment", "accountant")
 
@@ -71,12 +76,7 @@ class NoiseCalibration(NamedTuple):
 
 
 def _per_silo(value, counts, name):
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        return np.full(len(counts), float(arr))
-    if arr.shape != (len(counts),):
-        raise ValueError(f"{name} must be a scalar or have one value per silo ({len(counts)}), got shape {arr.shape}")
-    return arr
+    return checks.per_silo(name, value, len(counts))
 
 
 def _squeeze(arr):
@@ -107,14 +107,9 @@ def calibrate_minibatch_sgd(*, clip_norm: float, counts, rounds: int, epsilon, d
       batch_size: ``K``; default from the rule.
       epsilon_max: the experiments' grid maximum used for ``K``.
     """
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
-    counts = np.asarray(counts, dtype=np.int64)
-    if counts.ndim != 1 or counts.size == 0 or np.any(counts < 1):
-        raise ValueError(f"counts must be a non-empty list of positive silo sizes, got {counts!r}")
-    rounds = int(rounds)
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    checks.one_of("calibration", calibration, CALIBRATIONS)
+    counts = checks.silo_counts("counts", counts)
+    rounds = checks.positive_int("rounds", rounds)
     eps = _per_silo(epsilon, counts, "epsilon")
     dlt = _per_silo(delta, counts, "delta")
     if calibration == "theorem":
@@ -288,7 +283,7 @@ def averaging_weights(kind: str, *, mu: float = 0.0, step_size: float | None = N
             raise ValueError(f"'stich' averaging needs 0 < mu * step_size < 1, got mu={mu}, step_size={step_size}")
         q = 1.0 / (1.0 - mu * step_size)
         return lambda r: (q - 1.0) / (q - q ** (-r.astype(jnp.float32)))
-    raise ValueError(f"averaging must be 'last', 'uniform' or 'stich', got {kind!r}")
+    raise ValueError(f"averaging must be 'last', 'uniform', 'stich' or 'window', got {kind!r}")
 
 
 def _averaged(init, server_fn, weight_of_round):
@@ -306,6 +301,61 @@ def _averaged(init, server_fn, weight_of_round):
     return averaged_init, averaged_server
 
 
+class WindowState(NamedTuple):
+    """State of a :func:`window_average`-d algorithm: ``params`` is the mean of the last
+    ``min(round, window)`` iterates ``w_1 .. w_round`` (``w_0`` before the first round); ``iterate`` is
+    the inner algorithm's state (the current iterate, which is what the inner round broadcasts);
+    ``recent`` holds leaves ``[window, ...]``, a ring buffer where iterate ``w_r`` sits in slot
+    ``(r - 1) % window``; ``round`` counts the rounds done."""
+
+    params: Any
+    iterate: Any
+    recent: Any
+    round: jnp.ndarray
+
+
+def window_average(algorithm: FederatedAlgorithm, window: int = 8) -> FederatedAlgorithm:
+    """``algorithm`` reporting the sliding-window average of its iterates (seed 000 §6.4, the authors'
+    scripts: "the last 7 iterates plus the new one" for ``window = 8``).
+
+    After round ``r`` the reported ``state.params`` is ``mean(w_{max(1, r-window+1)} .. w_r)``, the mean
+    of the last ``min(r, window)`` iterates *after* each step (unlike ``averaging="uniform"``, which
+    averages the iterates ``w_0 .. w_{R-1}`` before each step). The inner algorithm runs unchanged on
+    ``state.iterate`` (same keys, same broadcast: the current iterate); only the output differs, so the
+    privacy statement is the inner one's (post-processing). Works for any algorithm without silo state
+    (its round may take scheduled inputs).
+    """
+    window = int(window)
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if algorithm.init_silos is not None:
+        raise ValueError(f"window_average needs an algorithm without silo state; {algorithm.name} keeps silo state")
+    inner_init, inner_round = algorithm.init, algorithm.round
+
+    def init(params):
+        inner = inner_init(params)
+        recent = jax.tree_util.tree_map(lambda p: jnp.zeros((window,) + jnp.shape(p), jnp.result_type(p)),
+                                        inner.params)
+        return WindowState(inner.params, inner, recent, jnp.zeros([], jnp.int32))
+
+    def round_fn(state, data, round_key, *inputs):
+        inner, info = inner_round(state.iterate, data, round_key, *inputs)
+        slot = state.round % window
+        recent = jax.tree_util.tree_map(lambda buf, p: buf.at[slot].set(p.astype(buf.dtype)), state.recent,
+                                        inner.params)
+        filled = jnp.minimum(state.round + 1, window)
+        mask = jnp.arange(window) < filled
+
+        def mean(buf):
+            kept = jnp.where(mask.reshape((window,) + (1,) * (buf.ndim - 1)), buf, jnp.zeros((), buf.dtype))
+            return jnp.sum(kept, axis=0) * (jnp.ones((), buf.dtype) / filled.astype(buf.dtype))
+
+        params = jax.tree_util.tree_map(mean, recent)
+        return WindowState(params, inner, recent, state.round + 1), info
+
+    return algorithm._replace(init=init, round=round_fn)
+
+
 def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
     """Seed 000's statement: K draws with replacement, Gaussian, replace-one neighbours ("lowy")."""
     return sampled_silo_privacy(local.make_sampler(batch_size=batch_size), noise_multiplier, steps_per_round,
@@ -314,14 +364,16 @@ def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
 
 def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, noise_multiplier=0.0,
                         silos_per_round=None, projection: Callable | None = None, averaging: str = "last",
-                        mu: float = 0.0, aggregator=weighted_sum, name: str | None = None) -> FederatedAlgorithm:
+                        mu: float = 0.0, aggregator=weighted_sum, name: str | None = None,
+                        window: int = 8) -> FederatedAlgorithm:
     """Noisy ISRL-DP MB-SGD (Alg. 2; Alg. 7 with one ``z_i`` per silo).
 
     Each available silo draws ``batch_size`` records uniformly with replacement and sends
     ``(1/K) sum_j clip(grad f(w_r, x_j), L) + N(0, sigma_i^2 I)`` with ``sigma_i = z_i L / K``; the server
     averages over the ``M_r`` available silos, steps ``w_{r+1} = Pi_W(w_r - eta g)`` and outputs
     ``w^_R`` (``averaging``: ``"last"`` iterate as in the experiments, ``"uniform"`` (Thm D.1) or
-    ``"stich"`` weights with ``mu`` (Lemma D.5)). Calibrate ``noise_multiplier`` with
+    ``"stich"`` weights with ``mu`` (Lemma D.5), or ``"window"``: the mean of the last ``window``
+    iterates after each step, the authors' scripts' output, see :func:`window_average`). Calibrate ``noise_multiplier`` with
     :func:`calibrate_minibatch_sgd`. For non-smooth losses pass ``moreau_envelope(loss, beta)``.
 
     Privacy per round and silo: ``SampledWithReplacementDpEvent(n_i, K, Gaussian(z_i))``, replace-one
@@ -342,30 +394,140 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
 
     init = init_server(server_opt)
     broadcast = lambda state: state.params
-    if averaging != "last":
+    if averaging not in ("last", "window"):
         init, server = _averaged(init, server, averaging_weights(averaging, mu=mu, step_size=step_size))
         broadcast = lambda state: state.iterate.params
-    return FederatedAlgorithm(
+    alg = FederatedAlgorithm(
         init=init,
         round=make_round(client, server, resolve(silos_per_round), broadcast=broadcast, per_silo=silo_z,
                          aggregator=aggregator),
         privacy=_with_replacement_privacy(batch_size, noise_multiplier) if private else None,
         name=name or ("isrl_noisy_mbsgd" if private else "mbsgd"),
     )
+    return window_average(alg, window) if averaging == "window" else alg
 
 
 def noisy_local_sgd(loss_fn, *, step_size, local_steps: int, clip_norm: float, noise_multiplier=0.0,
-                    silos_per_round=None, projection: Callable | None = None, name: str | None = None):
+                    silos_per_round=None, projection: Callable | None = None, name: str | None = None,
+                    averaging: str = "last", window: int = 8):
     """The experiments' ISRL-DP Local SGD (App. I): ``K = local_steps`` one-sample noisy steps
     ``w <- w - eta (clip(grad f(w, x_t), L) + u_t)`` per round, ``u_t ~ N(0, (z L)^2 I)`` (calibrate with
     :func:`calibrate_local_sgd`); the server averages the silos' models. Privacy per round and silo:
-    ``K`` composed with-replacement Gaussian steps."""
+    ``K`` composed with-replacement Gaussian steps. ``averaging``: ``"last"`` iterate (the paper) or
+    ``"window"`` (the mean of the last ``window`` server iterates, the authors' scripts:
+    :func:`window_average`)."""
+    if averaging not in ("last", "window"):
+        raise ValueError(f"averaging must be 'last' or 'window' for Local SGD, got {averaging!r}")
     alg = local_sgd(loss_fn, client_opt=optax.sgd(step_size), local_steps=local_steps, batch_size=1,
                     clip_norm=clip_norm, noise_multiplier=noise_multiplier, silos_per_round=silos_per_round,
                     projection=projection, name=name)
     private = check_private_args(clip_norm, noise_multiplier)
     privacy = _with_replacement_privacy(1, noise_multiplier, int(local_steps)) if private else None
-    return alg._replace(privacy=privacy, name=name or ("isrl_noisy_local_sgd" if private else "local_sgd"))
+    alg = alg._replace(privacy=privacy, name=name or ("isrl_noisy_local_sgd" if private else "local_sgd"))
+    return window_average(alg, window) if averaging == "window" else alg
+
+
+# ------------------------------------------------------------------------------------------------
+# The authors' scripts' MB-SGD (a named variant for reproduction studies; no privacy guarantee)
+
+AUTHORS_SCRIPTS_CHOICES = {"aggregate": ("sum", "mean"), "clip": ("batch_mean", "per_example"),
+                           "gradient": ("mean", "sum"), "noise": ("per_silo", "central")}
+"""The options of :func:`authors_scripts_minibatch_sgd` (the first of each is the insurance script's)."""
+
+
+def authors_scripts_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm, noise_multiplier,
+                                  silos_per_round=None, aggregate: str = "sum", clip: str = "batch_mean",
+                                  gradient: str = "mean", noise: str = "per_silo", window: int = 8,
+                                  name: str | None = None) -> FederatedAlgorithm:
+    """MB-SGD as the authors' experiment scripts run it (seed 000 §6.2--6.4), not as the paper states it.
+
+    Each participating silo draws ``K = batch_size`` records uniformly with replacement (the sampler and
+    keys of :func:`noisy_minibatch_sgd`) and forms its minibatch gradient ``g``:
+
+    * ``gradient="mean"``: the mean of the ``K`` per-example gradients; ``"sum"``: their sum (obesity script);
+    * ``clip="batch_mean"``: ``g`` (mean or sum) clipped as a whole to norm ``C = clip_norm`` (insurance
+      script); ``"per_example"``: every per-example gradient clipped to ``C`` before the mean / sum;
+    * ``noise="per_silo"``: the silo sends ``g + N(0, sigma^2 I)``, ``sigma = z C / K`` (``z =
+      noise_multiplier``, one per silo allowed): the std the paper calibrates on a silo's minibatch *mean*,
+      whatever ``g`` is; ``"central"``: the silo sends ``g``, and the server adds ONE draw
+      ``N(0, sigma^2 I)`` (``z`` a scalar) to the aggregate (obesity script);
+    * ``aggregate="sum"``: the server sums the ``M_r`` silos' messages (insurance / MNIST scripts);
+      ``"mean"``: averages them;
+
+    then steps ``w <- w - step_size * aggregate`` (``optax.sgd``, no projection), and reports the mean
+    of the last ``min(r, window)`` iterates (:func:`window_average`; ``window=1``: the last iterate).
+    ``aggregate="mean", clip="per_example", gradient="mean", noise="per_silo", window=1`` is
+    :func:`noisy_minibatch_sgd` (same draws, same numbers). ``step_size`` and ``noise_multiplier`` may be
+    traced (sweeps vmap over them).
+
+    Keys: minibatch and per-silo noise from ``step_key(silo_key, 0, MINIBATCH / NOISE)`` as in
+    :func:`jaxfl.engine.local.noisy_gradient`; the central draw from
+    ``derive_from_round(round_key, silo=SERVER, step=0, purpose=NOISE)``, the server's noise key (as
+    DP-FedAvg's central noise).
+
+    Privacy: ``privacy=None``, always; jaxfl states no guarantee for this variant. Clipping the batch mean
+    does not bound one record's influence on the message (one record's gradient can move it by up to
+    ``2C``, not ``2C/K``); a summed gradient carries ``K`` times the signal the noise was calibrated for;
+    a single central draw gives each silo's transcript no noise at all (not ISRL-DP), and a sum over
+    silos is not what the calibration assumed. The variant exists to test whether the paper's numbers
+    come back under the scripts' choices, not to train privately: train it with ``delta=None``.
+    """
+    for option, value in (("aggregate", aggregate), ("clip", clip), ("gradient", gradient), ("noise", noise)):
+        if value not in AUTHORS_SCRIPTS_CHOICES[option]:
+            raise ValueError(f"{option} must be one of {AUTHORS_SCRIPTS_CHOICES[option]}, got {value!r}")
+    check_private_args(clip_norm, noise_multiplier)  # argument checks only: no guarantee is stated
+    k = int(batch_size)
+    sampler = local.make_sampler(batch_size=k)
+    shared_z, silo_z = per_silo_noise(noise_multiplier)
+    if noise == "central" and silo_z is not None:
+        raise ValueError("noise='central' adds one draw for all silos: noise_multiplier must be a scalar, got "
+                         f"one per silo (shape {jnp.shape(noise_multiplier)})")
+    server_opt = optax.sgd(step_size)
+    paper_path = clip == "per_example" and gradient == "mean"
+
+    def sigma(z):
+        """``z C / K``, never ``0 * inf``."""
+        return jnp.where(z > 0, z * clip_norm, 0.0) * (1.0 / k)
+
+    def client(params, x, y, count, silo_key, z=shared_z):
+        silo_noise = z if noise == "per_silo" else 0  # a Python 0 draws no silo noise
+        drawn = local.step_draws(sampler, silo_key, count, x.shape[0], params, silo_noise)(0)
+        if paper_path:  # exactly noisy_minibatch_sgd's message
+            return local.noisy_gradient(loss_fn, params, x, y, count, silo_key, 0, sampler=sampler,
+                                        clip_norm=clip_norm, noise_multiplier=silo_noise, drawn=drawn)
+        minibatch, unit_noise = drawn
+        batch = sampler.take(minibatch, x, y, count)
+        summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights,
+                                  clip_norm if clip == "per_example" else math.inf)
+        g = summed.value
+        if gradient == "mean":
+            inverse = 1.0 / batch.denominator
+            g = jax.tree_util.tree_map(lambda a: a * inverse, g)
+        if clip == "batch_mean":
+            g, norm = clip_update(g, clip_norm)
+            clipped = (norm > clip_norm).astype(jnp.float32)
+        else:
+            clipped = summed.num_clipped / jnp.maximum(summed.count, 1.0)
+        if unit_noise is not None:
+            std = sigma(silo_noise)
+            g = jax.tree_util.tree_map(lambda a, u: a + std * u, g, unit_noise)
+        return g, {"clipped_fraction": clipped}
+
+    def server(state, summed, ctx):
+        update = summed if aggregate == "sum" else safe_mean(summed, ctx.total_weight)
+        if noise == "central" and not is_concrete_zero(shared_z):
+            key = keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=0,
+                                             purpose=keys_lib.Purpose.NOISE)
+            update = add_gaussian_noise(key, update, sigma(shared_z))
+        return apply_server_update(server_opt, state, update), {"update_norm": optax.tree.norm(update)}
+
+    alg = FederatedAlgorithm(
+        init=init_server(server_opt),
+        round=make_round(client, server, resolve(silos_per_round), per_silo=silo_z),
+        privacy=None,
+        name=name or "authors_scripts_mbsgd",
+    )
+    return window_average(alg, window)
 
 
 # ------------------------------------------------------------------------------------------------

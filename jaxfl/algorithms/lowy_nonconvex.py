@@ -39,7 +39,6 @@ replacement and one-pass batches are stated for replace-one neighbours (the pape
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, NamedTuple
 
 import dp_accounting
@@ -51,6 +50,7 @@ from jax.flatten_util import ravel_pytree
 
 from jaxfl.accounting.events import PvecDpEvent, RoundCycleDpEvent, clipped_sum_gaussian
 from jaxfl.algorithms import prox as prox_lib
+from jaxfl import checks
 from jaxfl.algorithms.common import (check_params, check_private_args, is_concrete_zero as is_zero, model_template,
                                      safe_mean, sampling_relation)
 from jaxfl.algorithms.lowy_convex import one_pass_batch, one_pass_privacy
@@ -183,10 +183,8 @@ def _fresh_batch(sampling, sampler, x, y, count, silo_key, silo_index, round_ind
 
 
 def _check_common(kind, period, sampling, output, restart_length):
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
-    if output not in ("last", "uniform"):
-        raise ValueError(f"output must be 'last' or 'uniform', got {output!r}")
+    checks.one_of("sampling", sampling, SAMPLINGS)
+    checks.one_of("output", output, ("last", "uniform"))
     if isinstance(period, (int, np.integer)) and int(period) < 1:
         raise ValueError(f"{'phase_length' if kind == SPIDER else 'epoch_length'} must be >= 1, got {period}")
     if restart_length is not None and (int(restart_length) < 1 or int(restart_length) % int(period)):
@@ -545,8 +543,7 @@ def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, e
 
 
 def _check_pvec(clip_norm, silos_per_round):
-    if not clip_norm > 0 or math.isinf(clip_norm):
-        raise ValueError(f"clip_norm must be finite and > 0 (it is P_vec's bound L), got {clip_norm}")
+    checks.positive_float("clip_norm (P_vec's bound L)", clip_norm)
     if not isinstance(silos_per_round, (int, np.integer)):
         raise ValueError(f"the shuffle model needs a fixed number of silos per round, got {silos_per_round!r}")
 

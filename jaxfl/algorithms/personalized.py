@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl import checks
 from jaxfl.algorithms.common import check_private_args, per_silo_noise, safe_mean, sampled_silo_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
@@ -97,11 +98,8 @@ def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, l
     private = check_private_args(clip_norm, noise_multiplier)
     sampler = local.make_sampler(batch_size, sampling_rate)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
-    num_steps = int(local_steps)
-    if num_steps < 1:
-        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
-    if noise_on not in ("all", "shared"):
-        raise ValueError(f"noise_on must be 'all' or 'shared', got {noise_on!r}")
+    num_steps = checks.positive_int("local_steps", local_steps)
+    checks.one_of("noise_on", noise_on, ("all", "shared"))
     shared_z, silo_z = per_silo_noise(noise_multiplier)
     part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
 

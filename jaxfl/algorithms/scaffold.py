@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl import checks
 from jaxfl.algorithms.common import apply_server_update, safe_mean
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
@@ -68,9 +69,7 @@ def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: 
     """
     sampler = local.make_sampler(batch_size, sampling_rate)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
-    num_steps = int(local_steps)
-    if num_steps < 1:
-        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
+    num_steps = checks.positive_int("local_steps", local_steps)
 
     def init(params):
         return ScaffoldServer(params, server_opt.init(params), jnp.zeros([], jnp.int32), _tmap(jnp.zeros_like, params))

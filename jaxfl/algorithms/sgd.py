@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import optax
 
+from jaxfl import checks
 from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_round_silo_privacy,
                                     per_silo_noise, sampled_silo_privacy)
 from jaxfl.engine import local
@@ -103,8 +104,7 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     private = check_private_args(clip_norm, noise_multiplier)
     sampler = local.make_sampler(batch_size, sampling_rate)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
-    if int(local_steps) < 1:
-        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
+    checks.positive_int("local_steps", local_steps)
 
     shared_z, silo_z = per_silo_noise(noise_multiplier)
 

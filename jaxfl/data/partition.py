@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxfl import checks
 from jaxfl.data.federated import FederatedData, from_silos
 
 EVEN_ODD_PAIRS = tuple(itertools.product((0, 2, 4, 6, 8), (1, 3, 5, 7, 9)))
@@ -51,11 +52,10 @@ def _check_labels(y: np.ndarray) -> np.ndarray:
 
 
 def _check_num_silos(num_silos, n: int) -> int:
-    if isinstance(num_silos, bool) or not isinstance(num_silos, (int, np.integer)) or num_silos < 1:
-        raise ValueError(f"num_silos must be a positive integer, got {num_silos!r}")
+    num_silos = checks.positive_int("num_silos", num_silos)
     if num_silos > n:
         raise ValueError(f"num_silos={num_silos} exceeds the number of records ({n})")
-    return int(num_silos)
+    return num_silos
 
 
 def _rng(seed) -> np.random.Generator:
@@ -89,11 +89,7 @@ def _take(idx: np.ndarray, k: int | None, rng: np.random.Generator | None) -> np
 
 
 def _check_count(name: str, k) -> int | None:
-    if k is None:
-        return None
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"{name} must be a positive integer, got {k!r}")
-    return int(k)
+    return None if k is None else checks.positive_int(name, k)
 
 
 def _class_indices(y: np.ndarray, classes) -> list[np.ndarray]:
@@ -227,8 +223,7 @@ def dirichlet(x, y, num_silos: int, *, alpha: float, seed: int, min_per_silo: in
     y = _check_labels(y)
     n = len(x)
     num_silos = _check_num_silos(num_silos, n)
-    if not isinstance(alpha, (int, float, np.number)) or not np.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+    checks.positive_float("alpha", alpha)
     min_per_silo = _check_count("min_per_silo", min_per_silo)
     if num_silos * min_per_silo > n:
         raise ValueError(f"min_per_silo={min_per_silo} x num_silos={num_silos} exceeds the {n} records")
@@ -302,8 +297,7 @@ def train_test_split_per_silo(fd: FederatedData, test_fraction: float, *, seed: 
     Raises:
       ValueError: ``test_fraction`` outside (0, 1), or a silo too small to give both parts a record.
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    checks.probability("test_fraction", test_fraction, open_high=True)
     rng = _rng(seed)
     xs, ys, counts = np.asarray(fd.x), np.asarray(fd.y), np.asarray(fd.counts)
     train, test = [], []

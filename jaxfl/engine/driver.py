@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import sharding
 from jaxfl.engine.checkpoint import Checkpointer
@@ -126,16 +127,15 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
     return ledger_lib.SiloLedger(list(privacy.events), accountant=accountant, **kwargs)
 
 
-def check_delta(delta) -> None:
-    """Raises ValueError unless ``delta`` (a scalar or one value per silo) lies in (0, 1)."""
-    for d in np.atleast_1d(delta):
-        if not 0.0 < float(d) < 1.0:
-            raise ValueError(f"delta must be in (0, 1), got {d}")
+def check_delta(delta):
+    """Raises ValueError unless ``delta`` (a scalar or one value per silo) lies in (0, 1); returns it as
+    :func:`jaxfl.checks.delta` converts it."""
+    return checks.delta("delta", delta)
 
 
 def _check_budget_args(target_epsilon, delta, ledger):
-    if target_epsilon is not None and not target_epsilon > 0:
-        raise ValueError(f"target_epsilon must be > 0, got {target_epsilon}")
+    if target_epsilon is not None:
+        checks.epsilon("target_epsilon", target_epsilon)
     if delta is not None:
         check_delta(delta)
     if target_epsilon is not None and delta is None:
@@ -153,7 +153,9 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
 
     Args:
       algorithm: a :class:`FederatedAlgorithm`.
-      data: silo-major data; with ``mesh`` it is padded and sharded over ``"silos"``.
+      data: silo-major data; with ``mesh`` it is padded and sharded over ``"silos"``. Checked once on the host
+        before anything compiles (:func:`jaxfl.checks.federated_data`: shapes, integer counts in range,
+        finite floating ``x``/``y``); a bad field raises ``ValueError`` naming it.
       params: initial model parameters.
       rounds: total number of rounds (a resumed run continues up to this number).
       key: root PRNG key or int seed; round ``r`` uses ``fold_in(key, r)``.
@@ -173,13 +175,12 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
       progress: show a progress bar.
       run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
     """
-    rounds = int(rounds)
-    if rounds < 0:
-        raise ValueError(f"rounds must be >= 0, got {rounds}")
-    eval_every = rounds if eval_every is None else int(eval_every)
+    rounds = checks.non_negative_int("rounds", rounds)
+    eval_every = rounds if eval_every is None else checks.integer("eval_every", eval_every)
     if eval_every < 1 and rounds > 0:
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
     check_schedule(algorithm, rounds)
+    checks.federated_data(data)  # shapes, dtypes and finiteness, once on the host before anything compiles
     counts_host = np.asarray(data.counts)
     ledger = make_ledger(algorithm, counts_host, accountant) if (target_epsilon is not None or delta is not None) else None
     _check_budget_args(target_epsilon, delta, ledger)

@@ -10,7 +10,9 @@ step sizes and seeds is a ``vmap`` of :func:`jaxfl.engine.driver.run_rounds`::
 
 The data, the initial parameters and the evaluation data are arguments of the compiled program, and the
 program is cached per (``build``, grid names, rounds, ``evaluate``): a new trial's data of the same
-shapes reuses it without recompiling (pass the same ``build`` and ``evaluate`` functions).
+shapes reuses it without recompiling (pass the same ``build`` and ``evaluate`` functions). Values of
+``build`` that change with the data but are not grid axes (e.g. a noise multiplier calibrated to the
+trial's silo sizes) travel as ``constants``, arguments of the program too.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine.driver import check_delta, check_schedule, make_ledger, run_rounds
 from jaxfl.engine.protocol import initial_state
@@ -48,15 +51,17 @@ def grid_points(grid: dict[str, Sequence]) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
 
 
-def sweep(build: Callable[..., Any], grid: dict[str, Sequence], data: FederatedData, params, *, rounds: int,
+def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict], data: FederatedData, params, *, rounds: int,
           seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
-          configs_per_batch: int | None = None, delta=None, accountant: str = "rdp") -> SweepResult:
+          configs_per_batch: int | None = None, delta=None, accountant: str = "rdp",
+          constants: dict | None = None) -> SweepResult:
     """Runs ``build(**config)`` for every grid point and seed as vmapped, compiled programs.
 
     Args:
       build: ``**hyperparameters -> FederatedAlgorithm``; every value arrives as a traced scalar (and, for
         the accounting, as a Python float).
-      grid: hyperparameter name -> values.
+      grid: hyperparameter name -> values (their Cartesian product), or a list of configurations (dicts
+        with the same keys), e.g. epsilons zipped with their calibrated noise multipliers.
       data, params: the silos' data and the initial parameters (arguments of the compiled program).
       seeds: root seeds; run ``(config, seed)`` uses ``jax.random.key(seed)``.
       evaluate: optional ``params -> dict of scalars`` (``(params, eval_data) -> dict`` when ``eval_data``
@@ -68,28 +73,36 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence], data: FederatedD
         ``build(**config)``'s ledger (:func:`jaxfl.engine.driver.make_ledger`) records ``rounds`` rounds
         and ``SweepResult.epsilons`` holds its epsilon at ``delta``.
       accountant: the ledger's accountant (``"rdp"``, ``"pld"``, ``"lowy"``, ...).
+      constants: optional ``name -> value`` (pytrees of arrays) handed to every ``build`` call as keyword
+        arguments: traced arguments of the compiled program (so new values do not recompile) and, for
+        the accounting, the host values exactly as given.
     """
+    checks.federated_data(data)
     if delta is not None:
         check_delta(delta)
-    configs = grid_points(grid)
-    names = tuple(grid)
+    configs = grid_points(grid) if isinstance(grid, dict) else [dict(c) for c in grid]
+    names = tuple(grid) if isinstance(grid, dict) else tuple(configs[0]) if configs else ()
+    if any(tuple(c) != names for c in configs):
+        raise ValueError(f"every configuration of a grid list needs the keys {names}, got {configs}")
     seeds = np.asarray(list(seeds))
     table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in names}
     table["__config__"] = jnp.arange(len(configs))  # gives vmap an axis even for an empty grid
+    constants = dict(constants or {})
     program = _program(build, names, int(rounds), evaluate, eval_data is not None)
-    out = run_batched(program, table, seeds, configs_per_batch, data, params, eval_data)
+    traced = jax.tree_util.tree_map(jnp.asarray, constants)
+    out = run_batched(program, table, seeds, configs_per_batch, data, params, eval_data, traced)
     epsilons = None if delta is None else _account(build, configs, np.asarray(data.counts), int(rounds), delta,
-                                                   accountant)
+                                                   accountant, constants)
     return SweepResult(configs, seeds, *out, epsilons)
 
 
 @functools.lru_cache(maxsize=64)
 def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool):
-    """The jitted grid program ``(table, seeds, data, params, eval_data) -> (params, infos, metrics)``;
-    cached, so that jit's own cache serves every later call with arguments of the same shapes."""
+    """The jitted grid program ``(table, seeds, data, params, eval_data, constants) -> (params, infos,
+    metrics)``; cached, so that jit's own cache serves every later call with arguments of the same shapes."""
 
-    def one(hp, seed, data, params, eval_data):
-        algorithm = build(**{n: hp[n] for n in names})
+    def one(hp, seed, data, params, eval_data, constants):
+        algorithm = build(**{n: hp[n] for n in names}, **constants)
         check_schedule(algorithm, rounds)
         state = initial_state(algorithm, params, data.num_silos)
         state, infos = run_rounds(algorithm, state, data, jax.random.key(seed), 0, rounds)
@@ -99,17 +112,18 @@ def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool):
             metrics = evaluate(state.params, eval_data) if with_eval_data else evaluate(state.params)
         return state.params, infos, metrics
 
-    over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None))
-    return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None)))
+    over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None, None))
+    return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None, None)))
 
 
-def _account(build, configs: list, counts: np.ndarray, rounds: int, delta, accountant: str) -> np.ndarray:
+def _account(build, configs: list, counts: np.ndarray, rounds: int, delta, accountant: str,
+             constants: dict) -> np.ndarray:
     """``float64[len(configs)]``: each configuration's epsilon after ``rounds`` rounds at ``delta``; the
     ledger is computed once per distinct privacy statement (a step-size grid shares one)."""
     epsilons = np.empty(len(configs))
     known: dict = {}
     for i, config in enumerate(configs):
-        algorithm = build(**{n: float(v) for n, v in config.items()})
+        algorithm = build(**{n: float(v) for n, v in config.items()}, **constants)
         check_schedule(algorithm, rounds)
         statement = None if algorithm.privacy is None else algorithm.privacy(counts)
         try:

@@ -13,18 +13,19 @@ eps = 3; StackOverflow eps = 1) with the hyperparameters of App. C.2 (digest §5
 StackOverflow: with 6 groups x 7 bits the overhead exceeds ``delta = N^-1.1``, so strict Alg. 7 gives no
 guarantee; the output says so and computes what more bits (or no overhead) would give, and the clip
 multiplier that reaches exactly eps = 1 with enough bits. Everything is computed, nothing is copied from
-the digest. The computation takes seconds, so the quick and full forms are the same.
+the digest. The computation takes seconds, so the quick and full forms are the same. A study whose one
+family is a ``"compute"`` family (no training): one row per configuration, one panel per task.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from pathlib import Path
 
 from jaxfl.accounting import dprec as A
+from jaxfl.experiments import dprec
 from jaxfl.experiments.registry import register
-from jaxfl.experiments.results import run_record, write_results
+from jaxfl.experiments.report import Column, Report, Table
+from jaxfl.experiments.study import Family, Panel, Program, Select, Study, Trial
 
 NAME = "dprec/epsilon-table"
 BITS_PER_BLOCK = 7
@@ -151,45 +152,51 @@ def table(configs, results) -> str:
     return "\n".join(lines)
 
 
-@register(NAME, "seed 004 (DP-REC): Alg. 7 epsilon of every Table 1 configuration, local epsilon, DP-FedAvg "
-                "baseline epsilon, StackOverflow overhead analysis")
-def reproduce(quick: bool, out_dir: Path) -> Path:
-    t_start = time.perf_counter()
-    runs, results = [], []
-    so = None
-    for cfg in CONFIGS:
-        t0 = time.perf_counter()
-        r = evaluate(cfg)
-        extra = {}
-        if cfg.task == "StackOverflow":
-            so = stackoverflow_analysis(cfg)
-            extra["note"] = so["explanation"]
-        results.append(r)
-        metrics = {k: r[k] for k in ("epsilon_dprec", "optimal_lambda", "delta_overhead", "epsilon_local",
-                                     "epsilon_dpfedavg")}
-        metrics["epsilon_dprec_3dp"] = None if math.isinf(r["epsilon_dprec"]) else round(r["epsilon_dprec"], 3)
-        runs.append(run_record(
-            "DP-REC", epsilon=cfg.target_epsilon, delta=cfg.delta, seed=None, metrics=metrics,
-            epsilon_spent=r["epsilon_dprec"], accountant="dprec", wall_seconds=time.perf_counter() - t0,
-            task=cfg.task, setting={"clients": cfg.clients, "clients_per_round": cfg.clients_per_round,
-                                    "rounds": cfg.rounds, "bits": cfg.bits, "blocks": cfg.blocks_note,
-                                    "clip_multiplier": cfg.clip_multiplier, "steps": r["steps"]},
-            infeasible=r["infeasible"],
-            baseline={"algorithm": "DP-FedAvg", "noise_multiplier": cfg.noise_multiplier,
-                      "rounds": cfg.dpfedavg_rounds, "sampling_rate": r["dpfedavg_sampling_rate"],
-                      "epsilon": r["epsilon_dpfedavg"], "accountant": "dprec (classic RDP conversion)"},
-            **extra))
-    text = table(CONFIGS, results)
-    print(f"{NAME}: DP-REC privacy accounting (Alg. 7), seed 004 Table 1 configurations")
-    print(text)
-    print()
-    print(so["explanation"])
-    print("Local epsilon: one update without amplification (real lambda). DP-FedAvg: Poisson q = B/N, classic "
-          "RDP conversion at integer orders 2..300.")
-    config = {
+def _compute(static: dict, *, epsilon: float) -> dict:
+    """One Table 1 cell pair (the study's ``"compute"`` family): every number, as a row."""
+    cfg = static["config"]
+    r = evaluate(cfg)
+    metrics = {k: r[k] for k in ("epsilon_dprec", "optimal_lambda", "delta_overhead", "epsilon_local",
+                                 "epsilon_dpfedavg")}
+    metrics["epsilon_dprec_3dp"] = None if math.isinf(r["epsilon_dprec"]) else round(r["epsilon_dprec"], 3)
+    extra = {"note": stackoverflow_analysis(cfg)["explanation"]} if cfg.task == "StackOverflow" else {}
+    return {"metrics": metrics, "epsilon_spent": r["epsilon_dprec"], "delta": cfg.delta, "seed": None,
+            "task": cfg.task, "clients": cfg.clients, "clients_per_round": cfg.clients_per_round,
+            "rounds": cfg.rounds, "bits": cfg.bits, "blocks": cfg.blocks_note, "clip_multiplier": cfg.clip_multiplier,
+            "steps": r["steps"], "infeasible": r["infeasible"],
+            "baseline": {"algorithm": "DP-FedAvg", "noise_multiplier": cfg.noise_multiplier,
+                         "rounds": cfg.dpfedavg_rounds, "sampling_rate": r["dpfedavg_sampling_rate"],
+                         "epsilon": r["epsilon_dpfedavg"], "accountant": "dprec (classic RDP conversion)"}, **extra}
+
+
+def _programs(study: Study, panel: Panel, trial: Trial) -> list[Program]:
+    return [Program((("config", cfg),), [{"epsilon": cfg.target_epsilon}], 0)
+            for cfg in CONFIGS if cfg.task == panel["task"]]
+
+
+STACKOVERFLOW = next(c for c in CONFIGS if c.task == "StackOverflow")
+TASKS = tuple(dict.fromkeys(c.task for c in CONFIGS))
+
+STUDY = register(Study(
+    name=NAME, description="seed 004 (DP-REC): Alg. 7 epsilon of every Table 1 configuration, local epsilon, "
+                           "DP-FedAvg baseline epsilon, StackOverflow overhead analysis",
+    data=lambda study, t: Trial(None, None, None), evaluate=None, init=None,
+    families=(Family("dprec", "DP-REC", _compute, _programs, runner="compute", accountant="dprec"),),
+    panels=tuple(Panel(task, (("task", task),)) for task in TASKS), select=Select(score=None),
+    report=Report(
+        table=Table(columns=(Column("N", "DP-REC", "field:clients"), Column("B", "DP-REC", "field:clients_per_round"),
+                             Column("T", "DP-REC", "field:rounds"), Column("bits", "DP-REC", "field:bits"),
+                             Column("c", "DP-REC", "field:clip_multiplier"),
+                             Column("eps DP-REC (Alg. 7)", "DP-REC", "metric:epsilon_dprec", fmt="{:.3f}"),
+                             Column("lambda", "DP-REC", "metric:optimal_lambda", fmt="{:.0f}"),
+                             Column("delta overhead", "DP-REC", "metric:delta_overhead", fmt="{:.3g}"),
+                             Column("eps local", "DP-REC", "metric:epsilon_local", fmt="{:.2f}"),
+                             Column("eps DP-FedAvg (z, its T)", "DP-REC", "metric:epsilon_dpfedavg", fmt="{:.2f}"))),
+        header="{panel}: DP-REC privacy accounting (Alg. 7) of the paper's Table 1 configurations",
+        notes=lambda doc: doc["config"]["stackoverflow"]["explanation"] + "\n\n" + traffic_table(doc["config"]["traffic"])),
+    config={
         "paper": "Triastcyn, Reisser & Louizos, DP-REC: Private & Communication-Efficient Federated Learning "
                  "(seed 004), Table 1 / App. C.2 / Alg. 7",
-        "quick": quick, "form": "full form (quick and full are the same: the computation takes seconds)",
         "accounting": "Alg. 7: T*B steps at mixture weight 1/N (clients sampled with replacement), per step twice "
                       "the Poisson-subsampled Gaussian RDP at noise multiplier 1/c (k_hat + m_hat <= 2 k_hat), delta "
                       "overhead 12 T B e^(c^2) / 2^b_tot, classic conversion min over integer lambda in 1..299",
@@ -198,7 +205,20 @@ def reproduce(quick: bool, out_dir: Path) -> Path:
                          "log(delta - 12 e^(c^2) / 2^b_tot) / lambda",
         "dpfedavg": "Poisson-subsampled Gaussian, q = B/N, the paper's DP-FedAvg rounds (FEMNIST 1500), classic "
                     "conversion at the same orders",
-        "bits_per_block": BITS_PER_BLOCK, "stackoverflow": so, "table": text,
-        "wall_seconds_total": time.perf_counter() - t_start,
-    }
-    return write_results(out_dir, experiment=NAME, config=config, runs=runs)
+        "bits_per_block": BITS_PER_BLOCK, "stackoverflow": lambda study: stackoverflow_analysis(STACKOVERFLOW),
+        "table": lambda study: table(CONFIGS, [evaluate(c) for c in CONFIGS]),
+        "traffic": lambda study: {"MNIST, 1000 rounds x 10 of 100 clients": dprec.paper_traffic(dprec.MNIST),
+                                  "FEMNIST, 4000 rounds x 100 of 3500 clients (DP-FedAvg 1500 rounds)":
+                                      dprec.paper_traffic(dprec.FEMNIST_SCALE)}}))
+
+
+def traffic_table(traffic: dict) -> str:
+    """Table 1's "Comm." column from the protocol alone (:func:`jaxfl.experiments.dprec.paper_traffic`)."""
+    lines = ["Communication of the paper's full settings (computed without training: DP-REC's clients drawn as its "
+             "compiled rounds draw them, every message and history counted):", "",
+             "| setting | parameters | DP-REC GiB (paper) | DP-FedAvg GiB (paper) | compression |", "|---|---|---|---|---|"]
+    for name, t in traffic.items():
+        lines.append(f"| {name} | {t['num_params']:,} | {t['dp_rec_gib']['total']:.4g} "
+                     f"({t['paper_gib']['dp_rec']}) | {t['dp_fedavg_gib']:.4g} ({t['paper_gib']['dp_fedavg']}) | "
+                     f"{t['compression']:.1f}x |")
+    return "\n".join(lines)

@@ -1,372 +1,250 @@
-"""Seed 000's experiments (Lowy & Razaviyayn, App. I): ``jaxfl reproduce lowy-convex/{mnist,insurance,obesity}``.
+"""Seed 000's studies (Lowy & Razaviyayn, App. I): ``jaxfl reproduce lowy-convex/{mnist,insurance,obesity}``.
 
-Figures 4-6 of the paper: test error against epsilon for ISRL-DP MB-SGD (noisy minibatch SGD, the
-paper's Alg. 2), ISRL-DP Local SGD (noisy FedAvg) and their non-private versions.
+Figures 4-6 of the paper: test error against epsilon for ISRL-DP MB-SGD (the paper's Alg. 2), ISRL-DP
+Local SGD (noisy FedAvg) and their non-private versions, all built with the library's own
+:func:`~jaxfl.algorithms.lowy_convex.noisy_minibatch_sgd` / :func:`~jaxfl.algorithms.lowy_convex.noisy_local_sgd`
+and their ``"experiment"`` calibrations (§6, "moments accountant"; :mod:`jaxfl.accounting.lowy_convex`).
+The per-example clip ``C`` is ``L = 2 max ||x||`` (MNIST, obesity: clipping never binds) or the tuned
+clip (insurance, where ``L := C``). The engine's multiplier ``z`` does not depend on ``C`` and falls as
+``1 / eps``, so the grid takes ``z(eps = 1)`` as a trial constant and divides by the traced epsilon.
 
-* Noise: the paper's experimental calibration (§6, "moments accountant"),
-  ``sigma^2 = 8 L^2 R ln(1/delta) / (n^2 eps^2)`` on a silo's minibatch mean for MB-SGD with
-  ``K = batch_experiment(n, R, max eps)``, and ``sigma^2 = 8 L^2 R K ln(1/delta) / (n^2 eps^2)`` on
-  every one-sample step of Local SGD (:mod:`jaxfl.accounting.lowy_convex`). The engine adds
-  ``N(0, (z C)^2)`` to a silo's clipped *sum* and divides by ``K``, so ``z = sigma K / C``; the
-  per-example clip ``C`` is ``L = 2 max ||x||`` (MNIST, obesity; then clipping never binds) or the
-  tuned clip threshold (insurance, where ``L := C``). ``z`` does not depend on ``L`` and falls as
-  ``1 / eps``, so the sweep computes it inside ``build`` from the traced epsilon.
-* Honesty: that calibration rests on Abadi et al.'s Theorem 1 (unspecified constants, Poisson
-  sampling) while the minibatches are drawn with replacement. Every DP run records the paper's
-  nominal epsilon *and* the epsilon jaxfl's ``"lowy"`` accountant certifies for the noise actually
-  added (R rounds of the algorithm's per-silo events; inf where the calculus proves nothing), and,
-  for comparison only, what the RDP accountant would give under Poisson sampling at rate ``K/n``.
-* Protocol: per trial (a fresh split), each algorithm's whole grid (epsilons plus the non-private
-  run, step sizes, [clip thresholds]) x 3 repetitions is one vmapped program (:func:`grid_sweep`:
-  :func:`jaxfl.engine.sweep.sweep` with the trial's data as a jit argument, so that one compiled
-  program serves every trial); the step size (and clip) is selected per epsilon by the
-  average final training loss over the repetitions (the paper tunes non-privately, as it says),
-  and the test error of the final iterates ``w_R`` is reported. Aggregation is the mean over the
-  ``M`` participating silos (paper), not the authors' code's sum.
+Honesty: that calibration rests on Abadi et al.'s Theorem 1 (unspecified constants, Poisson sampling)
+while the minibatches are drawn with replacement, so every DP row records the paper's nominal epsilon
+*and* what jaxfl's ``"lowy"`` accountant certifies for the noise added (inf where its calculus proves
+nothing), and, for comparison only, the RDP epsilon under Poisson sampling at rate ``K/n``.
 
-``docs/reproductions.md`` lists every deviation from the authors' scripts and what jaxfl does.
+Protocol: per trial (a fresh split) each family's grid (epsilons plus the non-private 0, step sizes
+[, clips]) x 3 repetitions is one compiled program; per epsilon the step size (and clip) with the
+smallest mean final training loss is reported (the paper tunes non-privately, as it says), with the
+test error of ``w_R`` (MNIST, obesity: of the repetitions' averaged ``w_R``, as the paper).
+
+Variant ``authors-scripts`` (insurance, obesity): the authors' scripts' choices instead of the paper's --
+the server sums the silos' messages, insurance clips each silo's minibatch *mean* gradient, obesity
+sums the K per-example gradients and adds *one* central noise draw and resamples its silos with
+replacement, and the reported model is the average of the last 8 iterates. Not private as run (no
+guarantee is stated); it tests whether the paper's curves come back under the scripts' choices.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-import time
-from pathlib import Path
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxfl.accounting import epsilon_for
-from jaxfl.accounting.lowy_convex import (batch_experiment, noise_multiplier_from_sigma, sigma_experiment_local_sgd,
-                                          sigma_experiment_mbsgd)
-from jaxfl.algorithms import local_sgd, minibatch_sgd
-from jaxfl.engine import SweepResult, grid_points, make_ledger, run_rounds
-from jaxfl.engine.sweep import run_batched
+from jaxfl.accounting.lowy_convex import batch_experiment
+from jaxfl.algorithms import lowy_convex as algorithms
 from jaxfl.experiments import lowy_convex_data as D
-from jaxfl.experiments import lowy_convex_report as report
 from jaxfl.experiments.registry import register
+from jaxfl.experiments.report import Column, Curve, Figure, Report, Table
+from jaxfl.experiments.study import (Family, Panel, Program, Study, Trial, exp_grid, scaled,
+                                    train_loss_and_test_error)
 
-MB, LOCAL = "mbsgd", "local"
-NAMES = {(MB, True): "ISRL-DP MB-SGD", (LOCAL, True): "ISRL-DP Local SGD",
-         (MB, False): "MB-SGD (non-private)", (LOCAL, False): "Local SGD (non-private)"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """One experiment's settings (the paper's, or a quick form's)."""
-
-    dataset: str                      # "mnist" | "insurance" | "obesity"
-    quick: bool
-    epsilons: tuple
-    rounds: int                       # R
-    batch_size: int                   # K: MB-SGD minibatch and Local SGD local steps
-    silos_per_round: tuple            # the M values run (one panel each)
-    mb_steps: tuple                   # step-size grids
-    local_steps: tuple
-    clips: tuple | None               # insurance's clip grid; None: clip at L
-    reps: int
-    trials: int
-    metric: str                       # "misclassification" | "relative RMSE"
-    average_params: bool              # test error of the rep-averaged w_R (MNIST, obesity) or mean test error
-    trial_data: Callable = dataclasses.field(repr=False, default=None)
-    init: Callable = dataclasses.field(repr=False, default=None)
-    loss: Callable = dataclasses.field(repr=False, default=None)
-    error: Callable = dataclasses.field(repr=False, default=None)   # (params, x, y, info) -> scalar
-    configs_per_batch: int | None = None
-    seed_base: int = 0
-    notes: tuple = ()
+PAPER = "Lowy & Razaviyayn, Private Federated Learning Without a Trusted Server (seed 000), App. I"
+MB, LOCAL = "ISRL-DP MB-SGD", "ISRL-DP Local SGD"
+NP_MB, NP_LOCAL = "MB-SGD (non-private)", "Local SGD (non-private)"
 
 
-def _exp_grid(lo, hi, num):
-    return tuple(float(v) for v in np.exp(np.linspace(lo, hi, num)))
+def _trial(study: Study, t: int) -> Trial:
+    d = study["trial_data"](t, **study["data_options"])
+    naive = {"naive": jnp.asarray(d.info["naive"], jnp.float32)} if "naive" in d.info else {}
+    return Trial.with_test_set(d.train, d.test_x, d.test_y, d.deltas, {"lipschitz": d.lipschitz, **d.info}, **naive)
 
 
-def mnist_setup(quick: bool, silos_per_round=(25, 12)) -> Setup:
-    """Fig. 4: N = 25 digit-pair silos, n = 1238, R = 35, K = 443, M in {25, 12}."""
-    eps = (0.75, 3.0, 18.0) if quick else (0.75, 1.5, 3.0, 6.0, 12.0, 18.0)
-    per_label, pca_fit, rounds = (100, 3000, 12) if quick else (D.MNIST_PER_LABEL, None, 35)
-    n = 2 * per_label - math.ceil(D.TEST_FRACTION * 2 * per_label)
-    return Setup(
-        "mnist", quick, eps, rounds, batch_experiment(n, rounds, max(eps)),
-        (25,) if quick else tuple(silos_per_round),
-        _exp_grid(-6, 0, 4 if quick else 10), _exp_grid(-8, -1, 4 if quick else 10), None,
-        2 if quick else 3, 3 if quick else 20, "misclassification", True,
-        trial_data=lambda t: D.mnist_trial(t, per_label=per_label, pca_fit_records=pca_fit),
-        init=lambda: {"w": jnp.zeros(D.MNIST_PCA_DIM)}, loss=D.mnist_loss,
-        error=lambda p, x, y, info: D.mnist_error(p, x, y),
-        configs_per_batch=None if quick else 35, seed_base=1_000_000,
-        notes=("PCA fitted on the first 3000 training images (quick form)",) if quick else ())
+def _seed_averaged_error(params, trial: Trial, study: Study) -> dict:
+    """The paper's MNIST / obesity error: of ``w_R`` averaged over the repetitions."""
+    mean = jax.tree_util.tree_map(lambda a: jnp.asarray(a.mean(axis=0)), params)
+    ev = trial.eval_data
+    return {"test_error": float(study["error"](mean, ev["test_x"], ev["test_y"], ev))}
 
 
-def insurance_setup(quick: bool) -> Setup:
-    """Fig. 5: N = 10 target-sorted silos, M = 5 (the authors' final scripts), R = 35, K = 19."""
-    num_silos = 10
-    eps = (0.25, 3.0) if quick else (0.125, 0.25, 0.5, 1.0, 2.0, 3.0)
-    rounds = 12 if quick else 35
-    return Setup(
-        "insurance", quick, eps, rounds,
-        batch_experiment(math.ceil(D.INSURANCE_RECORDS / num_silos), rounds, max(eps)), (5,),
-        _exp_grid(-8, 1, 4 if quick else 10), _exp_grid(-10, 0, 4 if quick else 10),
-        (1e4, 1e32) if quick else (100.0, 1e4, 1e6, 1e8, 1e32),
-        2 if quick else 3, 3 if quick else 20, "relative RMSE", False,
-        trial_data=lambda t: D.insurance_trial(t, num_silos),
-        init=lambda: {"w": jnp.zeros(7)}, loss=D.squared_loss,
-        error=lambda p, x, y, info: D.relative_rmse(p, x, y, info["naive"]), seed_base=2_000_000)
+def _build(family: str, static: dict, *, epsilon, step_size, unit_z, lipschitz, clip_norm=None):
+    z = scaled(unit_z, epsilon)
+    clip = lipschitz if clip_norm is None else clip_norm
+    k, m, scripts = static["batch_size"], static["silos_per_round"], static["scripts"]
+    if family == "mbsgd" and scripts:
+        return algorithms.authors_scripts_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k,
+                                                        clip_norm=clip, noise_multiplier=z, silos_per_round=m,
+                                                        **dict(scripts))
+    if family == "mbsgd":
+        return algorithms.noisy_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k, clip_norm=clip,
+                                              noise_multiplier=z, silos_per_round=m)
+    window = {"averaging": "window", "window": 8} if scripts else {}
+    return algorithms.noisy_local_sgd(static["loss"], step_size=step_size, local_steps=k, clip_norm=clip,
+                                      noise_multiplier=z, silos_per_round=m, **window)
 
 
-def obesity_setup(quick: bool) -> Setup:
-    """Fig. 6: N = 7 one-class silos, M = 3, R = 100, K = 30, 3 trials (means only)."""
-    eps = (0.5, 9.0) if quick else (0.5, 1.0, 3.0, 6.0, 9.0)
-    local = _exp_grid(-9, -2, 4) if quick else tuple(sorted(set(_exp_grid(-9, -2, 8) + _exp_grid(-12, -2, 8)[:5])))
-    return Setup(
-        "obesity", quick, eps, 20 if quick else 100, 30, (3,),
-        _exp_grid(-7, -1, 4 if quick else 8), local, None,
-        2 if quick else 3, 3, "misclassification", True,
-        trial_data=D.obesity_trial,
-        init=lambda: {"w": jnp.zeros((17, D.OBESITY_CLASSES))}, loss=D.softmax_loss,
-        error=lambda p, x, y, info: D.softmax_error(p, x, y), seed_base=3_000_000,
-        notes=("K = 30 is the paper's value (from n = 202 in the authors' split); the balanced silos here have "
-               "n_min records (per_trial), for which batch_experiment would give int(0.15 n_min)",))
+def _unit_z(family: str, study: Study, trial: Trial):
+    """``z(eps = 1)`` per silo (a float when the silos agree) from the library's ``"experiment"`` rules."""
+    counts, k, rounds = np.asarray(trial.train.counts), study["batch_size"], study["rounds"]
+    if family == "mbsgd":
+        return algorithms.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=rounds, epsilon=1.0,
+                                                  delta=trial.deltas, calibration="experiment",
+                                                  batch_size=k).noise_multiplier
+    return algorithms.calibrate_local_sgd(clip_norm=1.0, counts=counts, rounds=rounds, local_steps=k, epsilon=1.0,
+                                          delta=trial.deltas).noise_multiplier
 
 
-# ------------------------------------------------------------------------------------------------
-# Noise multipliers and accounting
+def _programs(family: str):
+    def programs(study: Study, panel: Panel, trial: Trial):
+        grid = {"epsilon": [*study["epsilons"], 0.0], "step_size": list(study[f"{family}_steps"])}
+        if study["clips"] is not None:
+            grid["clip_norm"] = list(study["clips"])
+        lipschitz = trial.info["lipschitz"]
+        constants = {"unit_z": _unit_z(family, study, trial), "lipschitz": 1.0 if lipschitz is None else lipschitz}
+        static = (("loss", study["loss"]), ("batch_size", study["batch_size"]),
+                  ("silos_per_round", panel["silos_per_round"]), ("scripts", study["scripts"]))
+        return [Program(static, grid, study["rounds"], constants)]
+
+    return programs
 
 
-def unit_noise_multipliers(setup: Setup, counts, deltas) -> dict:
-    """Per-silo noise multipliers at ``eps = 1`` (``z(eps) = z(1) / eps`` exactly): ``{MB: z, LOCAL: z}``.
+def _describe(family: str):
+    def describe(study: Study, panel: Panel, trial: Trial, program: Program, row: dict) -> dict:
+        out = {} if "clip_norm" in row else {"clip_norm": trial.info["lipschitz"]}
+        if not row["private"]:
+            return {**out, "noise_multiplier": 0.0}
+        z = scaled(program.constants["unit_z"], row["epsilon"])
+        counts = np.asarray(trial.train.counts, np.float64)
+        rate, steps = (study["batch_size"] / counts, study["rounds"]) if family == "mbsgd" else \
+            (1.0 / counts, study["rounds"] * study["batch_size"])
+        zs = np.broadcast_to(np.asarray(z, np.float64), counts.shape)
+        reference = max(_rdp(float(zi), float(q), steps, float(d))
+                        for zi, q, d in {(float(a), float(b), float(c)) for a, b, c in zip(zs, rate, trial.deltas)})
+        return {**out, "noise_multiplier": np.asarray(z).tolist(), "privacy": {
+            "epsilon_nominal": row["epsilon"],
+            "nominal_calibration": "paper §6 (Abadi et al. Thm 1, constants unspecified, Poisson assumed): "
+                                   "not verified by jaxfl",
+            "epsilon_rdp_poisson_reference": reference,
+            "reference_note": "RDP epsilon if the minibatches were Poisson-sampled; NOT a guarantee for the "
+                              "with-replacement sampling actually run"}}
 
-    MB-SGD: ``z = sigma K / C`` with ``sigma = sigma_experiment_mbsgd(C, n_i, R, eps, delta_i)``;
-    Local SGD: ``z = sigma / C`` per one-sample step with ``sigma_experiment_local_sgd``. Both are
-    independent of ``C`` (the paper's ``L``).
-    """
-    counts = np.asarray(counts, np.float64)
-    k, r = setup.batch_size, setup.rounds
-    mb = noise_multiplier_from_sigma(sigma_experiment_mbsgd(1.0, counts, r, 1.0, deltas), 1.0, k)
-    loc = noise_multiplier_from_sigma(sigma_experiment_local_sgd(1.0, counts, r, k, 1.0, deltas), 1.0, 1)
-    return {MB: np.asarray(mb, np.float64), LOCAL: np.asarray(loc, np.float64)}
-
-
-def _silo_z(z: np.ndarray):
-    """A scalar when every silo has the same multiplier, else the per-silo array."""
-    return float(z[0]) if np.all(z == z[0]) else z
-
-
-def build_algorithm(setup: Setup, family: str, m: int, *, lr, z, clip):
-    """The algorithm of ``family`` with step size ``lr``, noise multiplier(s) ``z`` and clip ``clip``."""
-    if family == MB:
-        return minibatch_sgd(setup.loss, server_opt=optax.sgd(lr), batch_size=setup.batch_size, clip_norm=clip,
-                             noise_multiplier=z, silos_per_round=m)
-    return local_sgd(setup.loss, client_opt=optax.sgd(lr), local_steps=setup.batch_size, batch_size=1,
-                     clip_norm=clip, noise_multiplier=z, silos_per_round=m)
-
-
-def certified_epsilon(setup: Setup, family: str, m: int, z, counts, deltas) -> float:
-    """The epsilon jaxfl's ``"lowy"`` accountant certifies for R rounds of ``family`` with multiplier(s)
-    ``z`` (max over silos at ``delta_i``), or inf where its calculus proves nothing."""
-    ledger = make_ledger(build_algorithm(setup, family, m, lr=1.0, z=z, clip=1.0), counts, accountant="lowy")
-    ledger.record(setup.rounds)
-    return float(ledger.epsilon(deltas))
-
-
-def reference_rdp_poisson(setup: Setup, family: str, z, counts, deltas) -> float:
-    """For comparison only (not a guarantee for the with-replacement sampling run): the RDP epsilon of
-    the same noise if each step were Poisson-sampled at rate ``K/n`` (MB-SGD, R steps) or ``1/n``
-    (Local SGD, R K steps), add/remove-one neighbours, max over silos."""
-    z = np.broadcast_to(np.asarray(z, np.float64), np.shape(counts))
-    if family == MB:
-        rates, steps = setup.batch_size / np.asarray(counts, np.float64), setup.rounds
-    else:
-        rates, steps = 1.0 / np.asarray(counts, np.float64), setup.rounds * setup.batch_size
-    unique = {(float(zi), float(q), float(d)) for zi, q, d in zip(z, rates, deltas)}
-    return max(_rdp_epsilon(zi, q, steps, d) for zi, q, d in unique)
+    return describe
 
 
 @functools.lru_cache(maxsize=4096)
-def _rdp_epsilon(z: float, rate: float, steps: int, delta: float) -> float:
+def _rdp(z: float, rate: float, steps: int, delta: float) -> float:
     return epsilon_for(z, rate, steps, delta)
 
 
-# ------------------------------------------------------------------------------------------------
-# One trial: two sweeps (one per algorithm family), selection by training loss
+FAMILIES = (
+    Family("mbsgd", MB, functools.partial(_build, "mbsgd"), _programs("mbsgd"), nonprivate_label=NP_MB,
+           accountant="lowy", describe=_describe("mbsgd")),
+    Family("local", LOCAL, functools.partial(_build, "local"), _programs("local"), nonprivate_label=NP_LOCAL,
+           accountant="lowy", describe=_describe("local")),
+)
 
 
-_PROGRAMS: dict = {}
+def _report(title: str, metric: str, bands: bool = True) -> Report:
+    ylabel = {"misclassification": "test error (misclassification rate)", "relative RMSE": "relative test RMSE"}
+    bars = "error bars: 5th-95th percentiles over trials" if bands else "means over trials (no error bars, as the paper)"
+    return Report(
+        table=Table(columns=(Column(MB, MB), Column(LOCAL, LOCAL), Column("certified eps MB-SGD", MB, "certified"),
+                             Column("certified eps Local SGD", LOCAL, "certified"),
+                             Column("RDP-Poisson reference MB", MB, "privacy:epsilon_rdp_poisson_reference"),
+                             Column("RDP-Poisson reference Local", LOCAL, "privacy:epsilon_rdp_poisson_reference")),
+                    metric_name=metric, references=(NP_MB, NP_LOCAL)),
+        figure=Figure(curves=(Curve(MB, {"color": "tab:blue", "marker": "o"}),
+                              Curve(LOCAL, {"color": "tab:orange", "marker": "s"}),
+                              Curve(NP_MB, {"color": "tab:green", "linestyle": "--"}, line=True),
+                              Curve(NP_LOCAL, {"color": "tab:red", "linestyle": ":"}, line=True)),
+                      title=title + ", {panel}", ylabel=ylabel[metric], bands=bands, certified_caption=True,
+                      xlabel="epsilon (paper's nominal calibration; delta_i = 1/n_i^2)", columns=3,
+                      caption="{trials} trials, R = {rounds}, K = {batch_size_K}; " + bars + ".\nNoise: the "
+                              "paper's calibration (nominal eps, unverified). Certified by jaxfl's 'lowy' "
+                              "accountant (inf = nothing):"),
+        header="{name}, {panel}, {trials} trials, " + metric + " (mean [5th, 95th percentile] over trials; "
+               "{form} form)")
 
 
-def _evaluate(setup: Setup, params, data, aux) -> dict:
-    """Final training loss (mean over every silo's real records) and test error of one run."""
-    per = jax.vmap(jax.vmap(setup.loss, in_axes=(None, 0, 0)), in_axes=(None, 0, 0))(params, data.x, data.y)
-    mask = data.mask().astype(per.dtype)
-    return {"train_loss": jnp.sum(per * mask) / jnp.sum(mask),
-            "test_error": setup.error(params, aux["test_x"], aux["test_y"], aux)}
+def _study(name, description, *, dataset, metric, title, settings, params, quick, trials, seed_base, final=None,
+           panels=(25,), bands=True, variants=None, configs_per_batch=None, notes=()):
+    """A seed-000 study; ``params``: the initial model (w_0 = 0, the same for every run)."""
+    settings = {"loss": None, "error": None, "clips": None, "scripts": (), "data_options": {}, **settings}
+    k, r = settings["batch_size"], settings["rounds"]
+    return Study(
+        name=name, description=description, data=_trial, families=FAMILIES,
+        evaluate=train_loss_and_test_error(settings["loss"], settings["error"], True), init=lambda seed: params,
+        report=_report(title, metric, bands),
+        panels=tuple(Panel(f"M = {m}", (("silos_per_round", m),)) for m in panels), trials=trials, reps=3,
+        seed=lambda trial, panel, rep: seed_base + 1000 * trial + rep, settings=settings, final=final,
+        config={"paper": PAPER, "dataset": dataset, "metric": metric, "rounds": r, "batch_size_K": k,
+                "epsilons": list(settings["epsilons"]), "delta": "1/n_i^2 per silo",
+                "noise": "paper §6: sigma^2 = 8 L^2 R ln(1/delta)/(n^2 eps^2) (MB-SGD, on the minibatch mean); "
+                         "8 L^2 R K ln(1/delta)/(n^2 eps^2) per Local SGD step",
+                "accountant": "lowy (with-replacement sampling; Ullman amplification + advanced composition over "
+                              "R rounds, each silo's own transcript; inf = nothing certified)",
+                "aggregation": "mean over the M participating silos; reported iterate: final w_R",
+                "test_error_of": "repetition-averaged w_R" if final else "mean over repetitions of the test error "
+                                                                         "of w_R",
+                "notes": list(notes)},
+        quick=quick, variants=variants or {}, configs_per_batch=configs_per_batch)
 
 
-def grid_program(setup: Setup, family: str, m: int):
-    """The compiled grid program of ``(setup, family, M)``: ``(table, seeds, data, aux) -> (params, infos,
-    metrics)`` with leaves ``[configs, seeds, ...]``, the vmap of ``vmap`` of one run exactly as
-    :func:`jaxfl.engine.sweep.sweep` builds it, except that the trial's data (``data``; ``aux``: test set,
-    ``L``, unit noise multipliers, naive predictor) are *arguments* rather than closed-over constants, so
-    that one compiled program serves every trial (``sweep`` traces and compiles anew for every call).
-    Cached per ``(setup, family, M)``; jit recompiles only for new shapes.
-    """
-    key = (setup, family, m)
-    if key not in _PROGRAMS:
-        def one(hp, seed, data, aux):
-            z = jnp.where(hp["eps"] > 0, aux["unit_z"] / jnp.maximum(hp["eps"], 1e-6), 0.0)
-            clip = hp["clip"] if "clip" in hp else aux["lipschitz"]
-            algorithm = build_algorithm(setup, family, m, lr=hp["lr"], z=z, clip=clip)
-            state = algorithm.init(setup.init())
-            state, infos = run_rounds(algorithm, state, data, jax.random.key(seed), 0, setup.rounds)
-            return state.params, infos, _evaluate(setup, state.params, data, aux)
+MNIST_N = 2 * D.MNIST_PER_LABEL - math.ceil(D.TEST_FRACTION * 2 * D.MNIST_PER_LABEL)      # 1238
+MNIST_QUICK_N = 2 * 100 - math.ceil(D.TEST_FRACTION * 200)                                 # 160
 
-        over_seeds = jax.vmap(one, in_axes=(None, 0, None, None))
-        _PROGRAMS[key] = jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None)))
-    return _PROGRAMS[key]
+MNIST = register(_study(
+    "lowy-convex/mnist", "seed 000 Fig. 4: ISRL-DP vs non-private MB-SGD / Local SGD, MNIST odd-even, 25 silos",
+    dataset="mnist", metric="misclassification", title="MNIST odd/even logistic regression (N = 25)",
+    settings={"trial_data": D.mnist_trial, "epsilons": (0.75, 1.5, 3.0, 6.0, 12.0, 18.0), "rounds": 35,
+              "batch_size": batch_experiment(MNIST_N, 35, 18.0), "mbsgd_steps": exp_grid(-6, 0, 10),
+              "local_steps": exp_grid(-8, -1, 10), "loss": D.mnist_loss, "error": D.mnist_error},
+    params={"w": jnp.zeros(D.MNIST_PCA_DIM)},
+    quick={"trials": 3, "reps": 2, "panels": (Panel("M = 25", (("silos_per_round", 25),)),),
+           "configs_per_batch": None,
+           "settings": {"epsilons": (0.75, 3.0, 18.0), "rounds": 12, "batch_size": batch_experiment(MNIST_QUICK_N, 12, 18.0),
+                        "mbsgd_steps": exp_grid(-6, 0, 4), "local_steps": exp_grid(-8, -1, 4),
+                        "data_options": {"per_label": 100, "pca_fit_records": 3000}},
+           "config": {"rounds": 12, "batch_size_K": batch_experiment(MNIST_QUICK_N, 12, 18.0),
+                      "epsilons": [0.75, 3.0, 18.0],
+                      "notes": ["PCA fitted on the first 3000 training images (quick form)"]}},
+    trials=20, seed_base=1_000_000, final=_seed_averaged_error, panels=(25, 12), configs_per_batch=35))
 
+INSURANCE_K = batch_experiment(math.ceil(D.INSURANCE_RECORDS / 10), 35, 3.0)             # 19
+INSURANCE_SCRIPTS = {"settings": {"scripts": (("aggregate", "sum"), ("clip", "batch_mean"), ("gradient", "mean"),
+                                              ("noise", "per_silo"), ("window", 8))},
+                     "config": {"aggregation": "authors' scripts: the server SUMS the M silos' messages; each silo "
+                                               "clips its minibatch MEAN gradient; reported model: average of the "
+                                               "last 8 iterates (no guarantee stated: epsilon_spent inf)"}}
 
-def grid_sweep(setup: Setup, family: str, m: int, grid: dict, data: D.TrialData, aux: dict, seeds) -> SweepResult:
-    """:func:`jaxfl.engine.sweep.sweep` of ``grid`` (keys ``eps``, ``lr`` [, ``clip``]) with
-    :func:`grid_program`: the same runs, keys and results (``tests/experiments`` checks it), batched by
-    ``setup.configs_per_batch`` with the last batch padded to the common shape."""
-    configs = grid_points(grid)
-    table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in grid}
-    seeds = np.asarray(list(seeds))
-    out = run_batched(grid_program(setup, family, m), table, seeds, setup.configs_per_batch, data.train, aux)
-    return SweepResult(configs, seeds, *out)
+INSURANCE = register(_study(
+    "lowy-convex/insurance", "seed 000 Fig. 5: ISRL-DP linear regression, insurance charges, 10 sorted silos",
+    dataset="insurance", metric="relative RMSE", title="Insurance linear regression (N = 10)",
+    settings={"trial_data": D.insurance_trial, "epsilons": (0.125, 0.25, 0.5, 1.0, 2.0, 3.0), "rounds": 35,
+              "batch_size": INSURANCE_K, "mbsgd_steps": exp_grid(-8, 1, 10), "local_steps": exp_grid(-10, 0, 10),
+              "clips": (100.0, 1e4, 1e6, 1e8, 1e32), "loss": D.squared_loss, "error": D.relative_rmse},
+    params={"w": jnp.zeros(7)},
+    quick={"trials": 3, "reps": 2,
+           "settings": {"epsilons": (0.25, 3.0), "rounds": 12,
+                        "batch_size": batch_experiment(math.ceil(D.INSURANCE_RECORDS / 10), 12, 3.0),
+                        "mbsgd_steps": exp_grid(-8, 1, 4), "local_steps": exp_grid(-10, 0, 4), "clips": (1e4, 1e32)},
+           "config": {"rounds": 12, "batch_size_K": batch_experiment(math.ceil(D.INSURANCE_RECORDS / 10), 12, 3.0),
+                      "epsilons": [0.25, 3.0]}},
+    trials=20, seed_base=2_000_000, panels=(5,), variants={"authors-scripts": INSURANCE_SCRIPTS}))
 
+OBESITY_LOCAL_STEPS = tuple(sorted(set(exp_grid(-9, -2, 8) + exp_grid(-12, -2, 8)[:5])))
+OBESITY_SCRIPTS = {"settings": {"scripts": (("aggregate", "mean"), ("clip", "per_example"), ("gradient", "sum"),
+                                            ("noise", "central"), ("window", 8)),
+                                "data_options": {"with_replacement": True}},
+                   "config": {"aggregation": "authors' scripts: minibatch gradient = SUM of the K per-example "
+                                             "gradients, ONE central noise draw on the server-averaged gradient, "
+                                             "silos resampled with replacement to n_min; reported model: average "
+                                             "of the last 8 iterates (no guarantee stated: epsilon_spent inf)"}}
 
-def trial_aux(setup: Setup, data: D.TrialData, family: str) -> dict:
-    """The per-trial traced inputs of :func:`grid_program` besides the training data."""
-    units = unit_noise_multipliers(setup, data.train.counts, data.deltas)
-    aux = {"test_x": jnp.asarray(data.test_x), "test_y": jnp.asarray(data.test_y),
-           "unit_z": jnp.asarray(_silo_z(units[family]), jnp.float32),
-           "lipschitz": jnp.asarray(data.lipschitz if data.lipschitz is not None else 1.0, jnp.float32)}
-    if "naive" in data.info:
-        aux["naive"] = jnp.asarray(data.info["naive"], jnp.float32)
-    return aux
-
-
-def run_trial(setup: Setup, m: int, trial: int, data: D.TrialData, log=print) -> list[dict]:
-    """Runs both families' grids on one trial; returns one row per (family, epsilon or non-private)."""
-    counts = np.asarray(data.train.counts)
-    units = unit_noise_multipliers(setup, counts, data.deltas)
-    eps_axis = [*setup.epsilons, 0.0]          # 0.0: the non-private run (z = 0)
-    seeds = [setup.seed_base + 1000 * trial + r for r in range(setup.reps)]
-    rows = []
-    for family in (MB, LOCAL):
-        steps = setup.mb_steps if family == MB else setup.local_steps
-        grid = {"eps": eps_axis, "lr": list(steps)}
-        if setup.clips is not None:
-            grid["clip"] = list(setup.clips)
-        aux = trial_aux(setup, data, family)
-        t0 = time.perf_counter()
-        out = grid_sweep(setup, family, m, grid, data, aux, seeds)
-        seconds = time.perf_counter() - t0
-        log(f"    {NAMES[family, True].replace('ISRL-DP ', ''):10s} grid {len(out.configs)} configs x "
-            f"{len(seeds)} reps: {seconds:6.1f} s")
-        train_loss = np.asarray(out.metrics["train_loss"], np.float64)       # [configs, reps]
-        test_error = np.asarray(out.metrics["test_error"], np.float64)
-        score = np.where(np.isfinite(train_loss), train_loss, np.inf).mean(axis=1)
-        cfg_eps = np.array([c["eps"] for c in out.configs])
-        for eps in eps_axis:
-            idx = np.flatnonzero(cfg_eps == eps)
-            best = int(idx[np.argmin(score[idx])])
-            params = jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)   # [reps, ...]
-            if setup.average_params:
-                mean_params = jax.tree_util.tree_map(lambda a: jnp.asarray(a.mean(axis=0)), params)
-                error = float(setup.error(mean_params, aux["test_x"], aux["test_y"], aux))
-            else:
-                error = float(test_error[best].mean())
-            private = eps > 0
-            z = _silo_z(units[family] / eps) if private else 0.0
-            rows.append({
-                "family": family, "private": private, "algorithm": NAMES[family, private],
-                "epsilon": float(eps) if private else None, "trial": trial, "silos_per_round": m,
-                "delta": float(data.deltas[0]) if np.all(data.deltas == data.deltas[0]) else data.deltas.tolist(),
-                "step_size": float(out.configs[best]["lr"]),
-                "clip_norm": float(out.configs[best]["clip"]) if setup.clips is not None else data.lipschitz,
-                "train_loss": float(score[best]), "test_error": error,
-                "test_error_rep_mean": float(test_error[best].mean()),
-                "diverged_configs": int(np.sum(~np.isfinite(score[idx]))),
-                "noise_multiplier": z,
-                "epsilon_certified": certified_epsilon(setup, family, m, z, counts, data.deltas) if private
-                else math.inf,
-                "epsilon_rdp_poisson_reference": reference_rdp_poisson(setup, family, z, counts, data.deltas)
-                if private else math.inf,
-                "wall_seconds": seconds / len(eps_axis),
-                "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},   # [reps, rounds]
-            })
-    return rows
-
-
-def run(setup: Setup, log=print) -> tuple[list[dict], dict]:
-    """All trials and M values of ``setup``; returns ``(rows, config)``."""
-    t_start = time.perf_counter()
-    rows, per_trial = [], []
-    for m in setup.silos_per_round:
-        for trial in range(setup.trials):
-            t0 = time.perf_counter()
-            data = setup.trial_data(trial)
-            log(f"  M={m} trial {trial + 1}/{setup.trials}: n_i={sorted(set(np.asarray(data.train.counts).tolist()))}"
-                f", L={data.lipschitz if data.lipschitz is not None else 'clip grid'}")
-            rows += run_trial(setup, m, trial, data, log)
-            per_trial.append({"silos_per_round": m, "trial": trial, "lipschitz": data.lipschitz,
-                              "silo_sizes": np.asarray(data.train.counts).tolist(), **data.info,
-                              "seconds": time.perf_counter() - t0})
-    config = {
-        "paper": "Lowy & Razaviyayn, Private Federated Learning Without a Trusted Server (seed 000), App. I",
-        "dataset": setup.dataset, "quick": setup.quick,
-        "form": "QUICK FORM (tiny settings for CI; not the paper's)" if setup.quick else "full (the paper's settings)",
-        "epsilons": list(setup.epsilons), "rounds": setup.rounds, "batch_size_K": setup.batch_size,
-        "silos_per_round": list(setup.silos_per_round), "num_silos": int(rows and len(per_trial[0]["silo_sizes"])),
-        "step_sizes_mbsgd": list(setup.mb_steps), "step_sizes_local_sgd": list(setup.local_steps),
-        "clip_grid": list(setup.clips) if setup.clips is not None else "L = 2 max ||x|| (never binds)",
-        "repetitions": setup.reps, "trials": setup.trials, "metric": setup.metric,
-        "test_error_of": "rep-averaged w_R" if setup.average_params else "mean over reps of the test error of w_R",
-        "selection": "per epsilon: the step size (and clip) with the smallest average final training loss over "
-                     "the repetitions (non-private tuning, as the paper)",
-        "delta": "1/n_i^2 per silo",
-        "noise": "paper §6: sigma^2 = 8 L^2 R ln(1/delta)/(n^2 eps^2) (MB-SGD, on the minibatch mean); "
-                 "8 L^2 R K ln(1/delta)/(n^2 eps^2) per Local SGD step",
-        "accountant": "lowy (with-replacement sampling; Ullman amplification + advanced composition over R rounds, "
-                      "each silo's own transcript; inf = nothing certified)",
-        "aggregation": "mean over the M participating silos; reported iterate: final w_R",
-        "per_trial": per_trial, "notes": list(setup.notes),
-        "wall_seconds_total": time.perf_counter() - t_start,
-    }
-    return rows, config
-
-
-def _reproduce(setup: Setup, out_dir: Path, *, prefix: str = "lowy-convex", runner=None, reporter=None,
-               form: str | None = None) -> Path:
-    """Runs ``setup`` (``runner(setup) -> (rows, config)``, default :func:`run`), writes its files with
-    ``reporter`` (default :mod:`lowy_convex_report`) and prints its summary. Seed 002 reuses it."""
-    runner, reporter = runner or run, reporter or report
-    if form is None:
-        form = "QUICK FORM (tiny settings, not the paper's)" if setup.quick else "full form (the paper's settings)"
-    print(f"{prefix}/{setup.dataset}: {form}")
-    rows, config = runner(setup)
-    path = reporter.write(setup, rows, config, out_dir)
-    print(reporter.summary_markdown(setup, rows))
-    print(f"wall time {config['wall_seconds_total']:.1f} s ({form})")
-    return path
-
-
-@register("lowy-convex/mnist", "seed 000 Fig. 4: ISRL-DP vs non-private MB-SGD / Local SGD, MNIST odd-even, 25 silos")
-def reproduce_mnist(quick: bool, out_dir: Path) -> Path:
-    return _reproduce(mnist_setup(quick), Path(out_dir))
-
-
-@register("lowy-convex/insurance", "seed 000 Fig. 5: ISRL-DP linear regression, insurance charges, 10 sorted silos")
-def reproduce_insurance(quick: bool, out_dir: Path) -> Path:
-    return _reproduce(insurance_setup(quick), Path(out_dir))
-
-
-@register("lowy-convex/obesity", "seed 000 Fig. 6: ISRL-DP softmax regression, obesity levels, 7 one-class silos")
-def reproduce_obesity(quick: bool, out_dir: Path) -> Path:
-    return _reproduce(obesity_setup(quick), Path(out_dir))
+OBESITY = register(_study(
+    "lowy-convex/obesity", "seed 000 Fig. 6: ISRL-DP softmax regression, obesity levels, 7 one-class silos",
+    dataset="obesity", metric="misclassification", title="Obesity softmax regression (N = 7)",
+    settings={"trial_data": D.obesity_trial, "epsilons": (0.5, 1.0, 3.0, 6.0, 9.0), "rounds": 100, "batch_size": 30,
+              "mbsgd_steps": exp_grid(-7, -1, 8), "local_steps": OBESITY_LOCAL_STEPS, "loss": D.softmax_loss,
+              "error": D.softmax_error},
+    params={"w": jnp.zeros((17, D.OBESITY_CLASSES))},
+    quick={"reps": 2, "settings": {"epsilons": (0.5, 9.0), "rounds": 20, "mbsgd_steps": exp_grid(-7, -1, 4),
+                                   "local_steps": exp_grid(-9, -2, 4)},
+           "config": {"rounds": 20, "epsilons": [0.5, 9.0]}},
+    trials=3, seed_base=3_000_000, final=_seed_averaged_error, panels=(3,), bands=False,
+    variants={"authors-scripts": OBESITY_SCRIPTS},
+    notes=("K = 30 is the paper's value (from n = 202 in the authors' split); the balanced silos here have "
+           "n_min records (per_trial), for which batch_experiment would give int(0.15 n_min)",)))

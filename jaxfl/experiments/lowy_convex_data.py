@@ -130,7 +130,7 @@ def mnist_loss(params, x, y):
     return -(y * jnp.log(1e-12 + s) + (1.0 - y) * jnp.log(1e-12 + 1.0 - s))
 
 
-def mnist_error(params, x, y):
+def mnist_error(params, x, y, eval_data=None):
     """Misclassification rate of the 0.5-thresholded sigmoid."""
     return jnp.mean(((x @ params["w"]) > 0).astype(jnp.int32) != y)
 
@@ -173,7 +173,10 @@ def squared_loss(params, x, y):
 
 
 def relative_rmse(params, x, y, naive):
-    """``sqrt(sum (y - yhat)^2 / sum (y - naive)^2)`` over the pooled test set (App. I.2)."""
+    """``sqrt(sum (y - yhat)^2 / sum (y - naive)^2)`` over the pooled test set (App. I.2); ``naive`` is
+    the mean training label, or evaluation data holding it as ``"naive"``."""
+    if isinstance(naive, dict):
+        naive = naive["naive"]
     return jnp.sqrt(jnp.sum((y - x @ params["w"]) ** 2) / jnp.sum((y - naive) ** 2))
 
 
@@ -181,10 +184,11 @@ def relative_rmse(params, x, y, naive):
 # Obesity
 
 
-def obesity_trial(trial: int) -> TrialData:
+def obesity_trial(trial: int, with_replacement: bool = False) -> TrialData:
     """Trial ``trial`` of the obesity experiment (see the module docstring).
 
-    The silos are padded to a fixed ``max_records`` (the smallest class's total size, an upper
+    ``with_replacement=True`` balances the silos as the authors' scripts do: each class's training rows
+    resampled to ``n_min`` uniformly with replacement (the paper discards records instead). The silos are padded to a fixed ``max_records`` (the smallest class's total size, an upper
     bound on every trial's balanced silo size) so that every trial has the same array shapes.
     """
     x, y = load_obesity()
@@ -197,8 +201,13 @@ def obesity_trial(trial: int) -> TrialData:
     x_tr, x_te = add_bias_column(x_tr), add_bias_column(x_te)
     y_tr, y_te = y[train_idx], y[test_idx]
     n_min = int(np.bincount(y_tr, minlength=OBESITY_CLASSES).min())
-    fd = one_class_per_silo(x_tr, y_tr, classes=list(range(OBESITY_CLASSES)), max_per_silo=n_min,
-                            seed=20_000 + trial)
+    if with_replacement:
+        pick = np.random.default_rng(20_000 + trial)  # host-rng-ok: data preparation (the scripts' resampling)
+        fd = from_silos([(x_tr[i], y_tr[i]) for i in (pick.choice(np.flatnonzero(y_tr == c), n_min)
+                                                      for c in range(OBESITY_CLASSES))])
+    else:
+        fd = one_class_per_silo(x_tr, y_tr, classes=list(range(OBESITY_CLASSES)), max_per_silo=n_min,
+                                seed=20_000 + trial)
     cap = int(np.bincount(y, minlength=OBESITY_CLASSES).min())
     train = from_silos([fd.silo(i) for i in range(fd.num_silos)], max_records=cap)
     return TrialData(train, x_te, y_te.astype(np.int32), lipschitz_bound(train), _deltas(train),
@@ -211,6 +220,6 @@ def softmax_loss(params, x, y):
     return jax.nn.logsumexp(logits) - logits[y]
 
 
-def softmax_error(params, x, y):
+def softmax_error(params, x, y, eval_data=None):
     """Misclassification rate of the arg-max class."""
     return jnp.mean(jnp.argmax(x @ params["w"], axis=-1) != y)

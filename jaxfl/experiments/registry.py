@@ -9,11 +9,13 @@ from typing import Callable
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """A reproduction: ``run(quick, out_dir) -> path of results.json``."""
+    """A reproduction: ``run(quick, out_dir, variant) -> path of results.json``; ``study`` is its
+    :class:`~jaxfl.experiments.study.Study`."""
 
     name: str
     description: str
-    run: Callable[[bool, Path], Path]
+    run: Callable[..., Path]
+    study: object = None
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -32,14 +34,26 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
-def register(name: str, description: str):
-    """Decorator registering ``run(quick, out_dir)`` as experiment ``name``."""
+def register(study):
+    """Registers ``study`` as experiment ``study.name`` (run by :func:`reproduce`); returns it."""
+    EXPERIMENTS[study.name] = Experiment(study.name, study.description,
+                                         lambda quick, out_dir, variant=None: reproduce(study, quick, out_dir, variant),
+                                         study)
+    return study
 
-    def wrap(fn):
-        EXPERIMENTS[name] = Experiment(name, description, fn)
-        return fn
 
-    return wrap
+def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print) -> Path:
+    """Runs ``study`` (its quick form and/or named variant), writes its results under ``out_dir`` and
+    prints its summary."""
+    from jaxfl.experiments import report, study as study_lib
+
+    form = study.form_of(quick, variant)
+    log(f"{form.name}: {form.form} form{' (tiny settings for CI, not the paper' + chr(39) + 's)' if quick else ''}")
+    outcome = study_lib.run(form, Path(out_dir), log)
+    path = report.write(outcome, out_dir)
+    log((Path(out_dir) / "summary.md").read_text())
+    log(f"wall time {outcome.seconds:.1f} s ({form.form} form)")
+    return path
 
 
 def experiments() -> dict[str, Experiment]:

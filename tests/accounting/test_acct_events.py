@@ -37,6 +37,7 @@ def _by_hand(accountant, n, rounds, start=0):
     return accountant
 
 
+@pytest.mark.slow
 def test_schedule_ledger_equals_hand_composition_in_rdp_exactly():
     ledger = SiloLedger([_growing(n) for n in SIZES], accountant="rdp")
     assert ledger.num_groups == 2

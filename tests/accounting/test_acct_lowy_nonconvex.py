@@ -204,8 +204,8 @@ def test_experiment_sigmas_use_ln_2_over_delta():
     delta = 1 / n**2
     lg2 = math.log(2 * n**2)
     mb = math.sqrt(8 * 25 * 25 * lg2 / (n**2 * 2.25))
-    assert ln.sigma_mbsgd_experiment(5.0, n, 1.5, delta, 25) == pytest.approx(mb, rel=1e-12)
-    assert ln.sigma_local_sgd_experiment(5.0, n, 1.5, delta, 25, 17) == pytest.approx(
+    assert ln.sigma_experiment_mbsgd(5.0, n, 1.5, delta, 25) == pytest.approx(mb, rel=1e-12)
+    assert ln.sigma_experiment_local_sgd(5.0, n, 1.5, delta, 25, 17) == pytest.approx(
         math.sqrt(8 * 25 * 17 * 25 * lg2 / (n**2 * 2.25)), rel=1e-12)
     diff, fresh = ln.sigma_alt_spider(5.0, n, 1.5, delta, 25)
     assert diff == pytest.approx(math.sqrt(32 * 25 * lg2 * 25 / (n**2 * 2.25)), rel=1e-12)
@@ -221,8 +221,7 @@ def test_experiment_batch_sizes():
     assert ln.batch_experiment_code(1000, 100) == 244
     assert ln.batch_experiment_code(3, 10000) == 1
     # paper: n sqrt(eps) / (2 sqrt(R)); 1238 * sqrt(3) / (2 * 5) = 214.4
-    assert ln.batch_experiment_paper(1238, 25, 3.0) == 214
-    assert ln.alt_spider_batch(1238, 3.0, 25) == 214
+    assert ln.batch_experiment_paper(1238, 25, 3.0) == 214 == lc.batch_experiment(1238, 25, 3.0)
     assert ln.batch_experiment_paper(1238, 25, 24.0) == 606
 
 
@@ -293,7 +292,7 @@ def test_noise_multiplier():
 def test_public_api_names():
     for name in ["sigma_prox_sgd", "prox_sgd_rounds", "prox_sgd_batch", "sigma_pl_svrg", "pl_svrg_batch",
                  "pl_svrg_step_size", "sigma_spider", "spider_difference_sigma", "spider_parameters",
-                 "sigma_alt_spider", "alt_spider_batch", "sigma_mbsgd_experiment", "sigma_local_sgd_experiment",
+                 "sigma_alt_spider", "sigma_experiment_mbsgd", "sigma_experiment_local_sgd",
                  "batch_experiment_code", "batch_experiment_paper", "sdp_prox_sgd_pvec", "sdp_svrg_pvec",
-                 "sdp_spider_pvec", "noise_multiplier"]:
+                 "sdp_spider_pvec", "noise_multiplier", "experiment_noise_multipliers"]:
         assert name in ln.__all__ and callable(getattr(ln, name))

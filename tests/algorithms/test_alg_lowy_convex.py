@@ -142,6 +142,7 @@ def _ill_conditioned(num_silos=4, n=400, dim=10, seed=1):
     return data, loss, excess, dim
 
 
+@pytest.mark.slow
 def test_accelerated_beats_mbsgd_on_a_strongly_convex_quadratic_at_equal_privacy_and_rounds():
     data, loss, excess, dim = _ill_conditioned()
     rounds, k, clip, z = 40, 50, 50.0, 0.1

@@ -150,6 +150,7 @@ def test_pl_svrg_restarts_from_the_drawn_iterate():
         np.testing.assert_array_equal(leaf_p, leaf_o)
 
 
+@pytest.mark.slow
 def test_svrg_keeps_one_silo_sample_per_epoch():
     data = _data()
     alg = nc.fedprox_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=3, clip_norm=np.inf, silos_per_round=2,

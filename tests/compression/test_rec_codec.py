@@ -42,6 +42,7 @@ def test_tiling_does_not_change_the_scores(monkeypatch):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_decode_regenerates_exactly_the_chosen_codebook_row():
     layout = rec.BlockLayout((300, 41, 1000), (7, 3, 5))
     mu = _update(layout.size)

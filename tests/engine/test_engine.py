@@ -173,6 +173,7 @@ def test_per_silo_noise_multipliers():
         build(np.array([1.0, -1.0, 1.0]))
 
 
+@pytest.mark.slow
 def test_sweep_equals_individual_runs(small_data):
     build = lambda lr, z: minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), batch_size=6, clip_norm=1.0,
                                         noise_multiplier=z)

@@ -180,6 +180,7 @@ def test_silo_state_client_must_return_its_new_state(small_data):
         run_rounds(alg, initial_state(alg, init_linear(5), small_data.num_silos), small_data, jax.random.key(0), 0, 1)
 
 
+@pytest.mark.slow
 def test_sweep_runs_algorithms_with_silo_state_and_schedules(small_data):
     """sweep builds each configuration's SiloState and feeds a schedule through its scan."""
     from jaxfl.algorithms import minibatch_sgd, scaffold

@@ -51,3 +51,40 @@ def test_new_data_of_the_same_shapes_reuses_the_compiled_program():
     np.testing.assert_allclose(b.metrics["acc"][1, 0], binary_accuracy(single.state.params, *tests[1]), atol=1e-6)
     with pytest.raises(ValueError, match="delta"):
         sweep(build, {"lr": [0.1]}, first, init_linear(5), rounds=3, delta=2.0)
+
+
+def test_constants_are_program_arguments_and_host_values_for_the_accounting(small_data):
+    """A per-trial value of the build (a unit noise multiplier) changes neither the compiled program nor
+    the accounting's exactness: the traced path and the host path see the same value."""
+    traces, host_values = [], []
+
+    def build(lr, unit_z):
+        if isinstance(unit_z, np.ndarray):
+            host_values.append(float(unit_z))
+        else:
+            traces.append(lr)
+        return _build(lr, unit_z)
+
+    deltas = 1.0 / np.asarray(small_data.counts, float) ** 2
+    a = sweep(build, {"lr": [0.1, 0.5]}, small_data, init_linear(5), rounds=4, delta=deltas,
+              constants={"unit_z": np.asarray(0.8)})
+    b = sweep(build, {"lr": [0.1, 0.5]}, small_data, init_linear(5), rounds=4, delta=deltas,
+              constants={"unit_z": np.asarray(2.0)})
+    assert len(traces) == 1 and host_values[-1] == 2.0
+    direct = sweep(_build, {"lr": [0.1, 0.5], "z": [2.0]}, small_data, init_linear(5), rounds=4, delta=deltas)
+    np.testing.assert_array_equal(b.params["w"], direct.params["w"])
+    np.testing.assert_array_equal(b.epsilons, direct.epsilons)
+    assert a.epsilons[0] > b.epsilons[0]
+
+
+def test_a_list_of_configurations_is_run_as_given(small_data):
+    """Zipped values (epsilons with their calibrated multipliers) instead of a Cartesian product."""
+    configs = [{"lr": 0.1, "z": 0.5}, {"lr": 0.4, "z": 2.0}]
+    out = sweep(_build, configs, small_data, init_linear(5), rounds=3, seeds=[0, 1])
+    product = sweep(_build, {"lr": [0.1, 0.4], "z": [0.5, 2.0]}, small_data, init_linear(5), rounds=3, seeds=[0, 1])
+    assert out.configs == configs
+    # Equal up to float rounding: a vmap over 2 configs compiles differently from one over 4.
+    np.testing.assert_allclose(out.params["w"][0], product.params["w"][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.params["w"][1], product.params["w"][3], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="keys"):
+        sweep(_build, [{"lr": 0.1, "z": 0.5}, {"lr": 0.1}], small_data, init_linear(5), rounds=1)

@@ -42,7 +42,7 @@ def test_schema(produced):
     for run in doc["runs"]:
         assert {"algorithm", "epsilon", "delta", "seed", "metrics", "privacy", "wall_seconds"} <= set(run)
         assert run["privacy"]["accountant"] == "dprec"
-        assert run["delta"] == pytest.approx(run["setting"]["clients"] ** -1.1, rel=1e-12)
+        assert run["delta"] == pytest.approx(run["clients"] ** -1.1, rel=1e-12)
 
 
 def test_numbers(produced):

@@ -1,0 +1,462 @@
+"""Studies: a paper's experiments as data, run by one runner and reported by one writer.
+
+A :class:`Study` says *what* an experiment is -- its trials' data, the algorithm families with their
+builds, grids and calibrations, the panels of the figure, how a configuration is selected, what the
+report shows, and how its quick form and named variants differ -- and :func:`run` turns it into rows
+(one per reported algorithm, epsilon, trial and panel) that :mod:`jaxfl.experiments.report` writes as
+``results.json``, ``curves.csv``, ``summary.md`` and ``figure.png``. A paper module holds studies and
+the paper's settings only; this module holds every loop::
+
+    for trial:                       Study.data(trial) -> Trial (train data, evaluation data, deltas)
+      for panel:                     Study.panels (e.g. silos per round M, rounds R)
+        for family:                  Study.families
+          for program:               Family.programs(study, panel, trial) (one per static choice, e.g. q)
+            engine.sweep(...)        the whole grid x seeds as one compiled program ("sweep" families)
+            or engine.train(...)     one long run per configuration and seed ("train" families)
+            select per epsilon       Study.select: the smallest mean score over seeds (e.g. train loss)
+        Study.combine                best-of rows across families (e.g. "ISRL-DP SPIDER")
+
+Programs are cached by (family, static): every trial reuses the compiled grid of the first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfl.data.federated import FederatedData
+from jaxfl.engine import driver
+from jaxfl.engine.sweep import SweepResult, grid_points, sweep
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One trial's data.
+
+    Attributes:
+      train: silo-major training data.
+      eval_data: pytree handed to ``Study.evaluate`` (an argument of the compiled grid program).
+      deltas: ``float64[num_silos]`` (or a scalar): the delta each run is accounted at.
+      info: facts recorded in ``results.json`` ``config.per_trial``.
+    """
+
+    train: FederatedData
+    eval_data: Any
+    deltas: Any
+    info: Mapping = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def with_test_set(cls, train: FederatedData, test_x, test_y, deltas, info=None, **eval_extra) -> "Trial":
+        """A trial evaluated on a pooled test set: ``eval_data = {"train", "test_x", "test_y", **eval_extra}``
+        (see :func:`train_loss_and_test_error`)."""
+        eval_data = {"train": train, "test_x": jnp.asarray(test_x), "test_y": jnp.asarray(test_y), **eval_extra}
+        return cls(train, eval_data, deltas, dict(info or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One panel of the figure (and one block of the summary): ``values`` reach every family."""
+
+    label: str
+    values: tuple = ()            # ((name, value), ...)
+
+    def __getitem__(self, name):
+        return dict(self.values)[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One compiled grid of a family on one panel and trial.
+
+    Attributes:
+      static: hashable ``((name, value), ...)`` passed to ``Family.build``; with the family it keys the
+        build function, so equal statics share one compiled program across trials.
+      grid: ``name -> values`` (Cartesian product) or a list of configurations; an ``epsilon`` key
+        marks private (``> 0``) and non-private (``0``) configurations.
+      rounds: engine rounds.
+      constants: values of the build that change with the trial (e.g. calibrated noise multipliers):
+        traced arguments of the program, host values for the accounting.
+      columns: facts copied into every row (e.g. the minibatch size).
+    """
+
+    static: tuple
+    grid: Any
+    rounds: int
+    constants: Mapping = dataclasses.field(default_factory=dict)
+    columns: Mapping = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """An algorithm family: ``build(static: dict, **config, **constants) -> FederatedAlgorithm``.
+
+    ``programs(study, panel, trial)`` lists its grids; ``runner`` is ``"sweep"`` (vmapped grid),
+    ``"train"`` (:func:`jaxfl.engine.driver.train`, one run per configuration and seed, with checkpoints)
+    or ``"compute"`` (no training: ``build(static, **config)`` returns the row's ``metrics``,
+    ``epsilon_spent`` and any other facts, e.g. an accounting table);
+    ``accountant`` accounts every configuration at the trial's deltas (None: not accounted);
+    ``describe(study, panel, trial, program, row) -> dict`` adds paper-specific facts to a selected row;
+    ``short(row)`` names the row when a :class:`Combine` picks it.
+    """
+
+    name: str
+    label: str
+    build: Callable[..., Any]
+    programs: Callable[..., Sequence[Program]]
+    nonprivate_label: str | None = None
+    runner: str = "sweep"
+    accountant: str | None = "rdp"
+    describe: Callable[..., dict] | None = None
+    short: Callable[[dict], str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Select:
+    """The configuration reported per value of ``per``: the smallest mean of metric ``score`` over seeds
+    (non-finite means never win); across a family's programs the smaller score wins. ``score=None``
+    reports every configuration."""
+
+    score: str | None = "train_loss"
+    per: tuple = ("epsilon",)
+    describe: str = "per epsilon: the configuration with the smallest mean final training loss over the seeds"
+
+
+@dataclasses.dataclass(frozen=True)
+class Combine:
+    """A reported row per epsilon that is the best (by selection score) of the ``of`` families' rows."""
+
+    label: str
+    of: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A reproduction, declared. See the module docstring for the loop it describes.
+
+    Attributes:
+      name, description: ``jaxfl reproduce NAME`` and its one-line description.
+      data: ``(study, trial index) -> Trial``.
+      families, panels, select, combine: what runs and what is reported.
+      evaluate: ``(params, eval_data) -> dict of scalars`` (traced for sweeps; host for train runs).
+      init: ``seed -> initial params``; sweeps use ``init(init_seed)``, train runs ``init(seed)`` unless
+        ``init_seed`` is set.
+      trials, reps: trials (fresh data) and repetitions (seeds) per configuration.
+      seed: ``(trial, panel index, rep) -> root seed``.
+      settings: the paper's parameters the families read (rounds, grids, batch sizes, ...).
+      report: a :class:`jaxfl.experiments.report.Report` (table and figure layouts).
+      config: what ``results.json`` records as the experiment's configuration besides the generic fields.
+      final: optional ``(params over seeds, trial, study) -> metrics`` overriding a selected row's
+        metrics (e.g. the error of the seed-averaged model); the overridden means stay as ``<m>_seed_mean``.
+      quick, variants: field overrides making the quick form and each named variant (``settings`` and
+        ``config`` overrides are merged into the base values).
+      configs_per_batch: grid points per compiled call (bounds memory).
+      eval_every: train runs: rounds between evaluations (and checkpoints).
+      form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
+    """
+
+    name: str
+    description: str
+    data: Callable[["Study", int], Trial]
+    families: tuple
+    evaluate: Callable
+    init: Callable[[int], Any]
+    report: Any
+    panels: tuple = (Panel(""),)
+    select: Select = Select()
+    combine: tuple = ()
+    trials: int = 1
+    reps: int = 1
+    seed: Callable[[int, int, int], int] = lambda trial, panel, rep: 1000 * trial + rep
+    init_seed: int | None = 0
+    settings: Mapping = dataclasses.field(default_factory=dict)
+    config: Mapping = dataclasses.field(default_factory=dict)
+    final: Callable | None = None
+    quick: Mapping = dataclasses.field(default_factory=dict)
+    variants: Mapping = dataclasses.field(default_factory=dict)
+    configs_per_batch: int | None = None
+    eval_every: int | None = None
+    form: str = "full"
+
+    def __getitem__(self, name):
+        return self.settings[name]
+
+    @property
+    def is_quick(self) -> bool:
+        return self.form.startswith("quick")
+
+    def form_of(self, quick: bool = False, variant: str | None = None) -> "Study":
+        """This study's quick form and/or named variant (overrides applied in that order)."""
+        study = self
+        if variant is not None and variant not in self.variants:
+            known = ", ".join(sorted(self.variants)) or "none"
+            raise ValueError(f"unknown variant {variant!r} of {self.name} (known: {known})")
+        for overrides in ([self.quick] if quick else []) + ([self.variants[variant]] if variant else []):
+            overrides = dict(overrides)
+            for merged in ("settings", "config"):
+                if merged in overrides:
+                    overrides[merged] = {**getattr(study, merged), **overrides[merged]}
+            study = dataclasses.replace(study, **overrides)
+        form = ("quick" if quick else "full") + (f"+{variant}" if variant else "")
+        return dataclasses.replace(study, form=form)
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers for study modules
+
+
+def exp_grid(lo: float, hi: float, num: int) -> tuple:
+    """``exp(linspace(lo, hi, num))`` as floats: the papers' log-spaced step-size grids."""
+    return tuple(float(v) for v in np.exp(np.linspace(lo, hi, num)))
+
+
+def mean_train_loss(loss, params, data: FederatedData):
+    """The mean of ``loss(params, x, y)`` over every silo's real (unpadded) records (traceable)."""
+    per = jax.vmap(jax.vmap(loss, in_axes=(None, 0, 0)), in_axes=(None, 0, 0))(params, data.x, data.y)
+    mask = data.mask().astype(per.dtype)
+    return jnp.sum(per * mask) / jnp.sum(mask)
+
+
+@functools.lru_cache(maxsize=None)
+def train_loss_and_test_error(loss, error, with_eval_data: bool = False):
+    """The evaluation of the papers' grids: ``(params, eval_data) -> {"train_loss", "test_error"}`` with
+    ``eval_data`` from :meth:`Trial.with_test_set`; ``error(params, x, y[, eval_data])``. One function per
+    ``(loss, error)``, so every trial reuses the compiled program."""
+
+    def evaluate(params, ev):
+        args = (params, ev["test_x"], ev["test_y"]) + ((ev,) if with_eval_data else ())
+        return {"train_loss": mean_train_loss(loss, params, ev["train"]), "test_error": error(*args)}
+
+    return evaluate
+
+
+def scaled(unit, epsilon):
+    """``unit / epsilon``, 0 for the non-private ``epsilon = 0``: noise multipliers proportional to
+    ``1/epsilon`` from their value at ``epsilon = 1``. Traced in compiled grids; on the host (Python
+    ``epsilon``, for the accounting) in float64, a float when every silo's value agrees."""
+    if isinstance(epsilon, (int, float)):
+        if epsilon <= 0:
+            return 0.0
+        z = np.asarray(unit, np.float64) / epsilon
+        return float(z.reshape(-1)[0]) if np.all(z == z.reshape(-1)[0]) else z
+    return jnp.where(epsilon > 0, unit / jnp.maximum(epsilon, 1e-6), 0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The runner
+
+
+@functools.lru_cache(maxsize=256)
+def _builder(family: Family, static: tuple) -> Callable:
+    """One build function per (family, static): the compiled-program cache key of :func:`sweep`."""
+    return functools.partial(family.build, dict(static))
+
+
+def _scores(metrics: dict, name: str) -> np.ndarray:
+    values = np.asarray(metrics[name], np.float64)          # [configs, seeds]
+    return np.where(np.isfinite(values), values, np.inf).mean(axis=1)
+
+
+def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,
+            out: SweepResult, seconds: float) -> list[dict]:
+    """One row per value of ``study.select.per`` from a finished grid."""
+    if study.select.score is None:
+        score, keys = np.zeros(len(out.configs)), list(range(len(out.configs)))
+    else:
+        score = _scores(out.metrics, study.select.score)
+        keys = [tuple(c.get(k, 0.0) for k in study.select.per) for c in out.configs]
+    groups = list(dict.fromkeys(keys))
+    rows = []
+    for key in groups:
+        idx = np.flatnonzero([k == key for k in keys])
+        best = int(idx[np.argmin(score[idx])])
+        config = out.configs[best]
+        private = float(config.get("epsilon", 0.0)) > 0
+        metrics = {m: float(np.mean(np.asarray(v, np.float64)[best])) for m, v in out.metrics.items()}
+        if study.select.score is not None:
+            metrics[study.select.score] = float(score[best])
+        row = {"family": family.name, "algorithm": family.label if private else family.nonprivate_label or family.label,
+               "private": private, "epsilon": float(config["epsilon"]) if private else None,
+               "trial": trial_index, "panel": panel.label, **dict(panel.values), **dict(program.columns),
+               **{k: float(v) for k, v in config.items() if k != "epsilon"},
+               "delta": _delta_field(trial.deltas), "metrics": metrics,
+               "per_seed": {m: np.asarray(v, np.float64)[best].tolist() for m, v in out.metrics.items()},
+               "score": float(score[best]), "diverged_configs": int(np.sum(~np.isfinite(score[idx]))),
+               "epsilon_spent": float(out.epsilons[best]) if private and out.epsilons is not None else math.inf,
+               "accountant": family.accountant if private else None,
+               "wall_seconds": seconds / len(groups),
+               "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},
+               "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)}
+        if study.final is not None:
+            for name, value in study.final(row["params"], trial, study).items():
+                if name in metrics:
+                    metrics[f"{name}_seed_mean"] = metrics[name]
+                metrics[name] = float(value)
+        if family.describe is not None:
+            row.update(family.describe(study, panel, trial, program, row))
+        rows.append(row)
+    return rows
+
+
+def _delta_field(deltas):
+    d = np.atleast_1d(np.asarray(deltas, np.float64))
+    return float(d[0]) if np.all(d == d[0]) else d.tolist()
+
+
+def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list) -> SweepResult:
+    return sweep(_builder(family, program.static), program.grid, trial.train, study.init(study.init_seed),
+                 rounds=program.rounds, seeds=seeds, evaluate=study.evaluate, eval_data=trial.eval_data,
+                 configs_per_batch=study.configs_per_batch,
+                 delta=None if family.accountant is None else trial.deltas, accountant=family.accountant or "rdp",
+                 constants=program.constants)
+
+
+def _train(study: Study, family: Family, program: Program, trial: Trial, seeds: list, out_dir: Path | None,
+           log) -> SweepResult:
+    """Each configuration and seed as one :func:`driver.train` run (checkpointed under ``out_dir``), in
+    the shape of a :class:`SweepResult` (metrics: the final evaluation; infos: the evaluation history)."""
+    configs = grid_points(program.grid) if isinstance(program.grid, dict) else [dict(c) for c in program.grid]
+    build = _builder(family, program.static)
+    metrics, histories, params, epsilons = [], [], [], []
+    for config in configs:
+        per_seed = []
+        for seed in seeds:
+            algorithm = build(**config, **program.constants)
+            tag = "-".join(f"{k}{v:g}" for k, v in config.items())
+            ckpt = None if out_dir is None else Path(out_dir) / "checkpoints" / f"{family.name}-{tag}-seed{seed}"
+            if ckpt is not None:
+                ckpt.mkdir(parents=True, exist_ok=True)
+            result = driver.train(algorithm, trial.train, study.init(seed if study.init_seed is None else
+                                                                     study.init_seed),
+                                  rounds=program.rounds, key=seed, eval_every=study.eval_every,
+                                  eval_fn=lambda p: study.evaluate(p, trial.eval_data),
+                                  accountant=family.accountant or "rdp",
+                                  delta=None if family.accountant is None else trial.deltas,
+                                  checkpoint_dir=ckpt, metrics_path=None if ckpt is None else ckpt / "metrics.jsonl",
+                                  progress=False, run_info={"algorithm": family.name, **config, "seed": seed})
+            if ckpt is not None:   # a resumed run: its history is the metrics file (last record per round)
+                records = [json.loads(line) for line in (ckpt / "metrics.jsonl").read_text().splitlines() if line]
+                result.history[:] = list({r["round"]: r for r in records}.values())
+            per_seed.append(result)
+            log(f"    {family.name} {tag} seed {seed}: " + ", ".join(
+                f"{k} {v:.4g}" for k, v in result.history[-1].items() if isinstance(v, float)))
+        final = [r.history[-1] for r in per_seed]
+        skip = {"round", "epsilon", "wall_seconds", "seed", *config}
+        names = [k for k, v in final[0].items() if isinstance(v, (int, float)) and k not in skip]
+        metrics.append({k: [float(f.get(k, math.nan)) for f in final] for k in names})
+        histories.append([r.history for r in per_seed])
+        params.append([jax.device_get(r.state.params) for r in per_seed])
+        epsilons.append(max(float(np.max(np.atleast_1d(r.epsilon))) if r.epsilon is not None else math.inf
+                            for r in per_seed))
+    names = list(metrics[0])
+    out_metrics = {k: np.asarray([m[k] for m in metrics]) for k in names}
+    out_params = jax.tree_util.tree_map(lambda *xs: np.stack(xs),
+                                        *[jax.tree_util.tree_map(lambda *s: np.stack(s), *p) for p in params])
+    return SweepResult(configs, np.asarray(seeds), out_params, {"history": histories}, out_metrics,
+                       np.asarray(epsilons))
+
+
+def _rows_of_train(study, family, panel, trial_index, trial, program, out: SweepResult, seconds) -> list[dict]:
+    """Train runs report every configuration and seed (no selection)."""
+    rows = []
+    for i, config in enumerate(out.configs):
+        private = float(config.get("epsilon", 0.0)) > 0
+        for j, seed in enumerate(out.seeds):
+            history = out.infos["history"][i][j]
+            row = {"family": family.name, "algorithm": family.label if private else family.nonprivate_label
+                   or family.label, "private": private, "epsilon": float(config["epsilon"]) if private else None,
+                   "trial": trial_index, "seed": int(seed), "panel": panel.label, **dict(panel.values),
+                   **dict(program.columns), **{k: float(v) for k, v in config.items() if k != "epsilon"},
+                   "delta": _delta_field(trial.deltas),
+                   "metrics": {k: float(v[i, j]) for k, v in out.metrics.items()},
+                   "epsilon_spent": float(out.epsilons[i]), "accountant": family.accountant if private else None,
+                   "wall_seconds": seconds / (len(out.configs) * len(out.seeds)), "rounds": program.rounds,
+                   "history": history}
+            if family.describe is not None:
+                row.update(family.describe(study, panel, trial, program, row))
+            rows.append(row)
+    return rows
+
+
+def _computed(family: Family, panel: Panel, trial_index: int, program: Program) -> list[dict]:
+    """``"compute"`` families: one row per configuration, from ``build(static, **config)``."""
+    rows = []
+    for config in grid_points(program.grid) if isinstance(program.grid, dict) else program.grid:
+        t0 = time.perf_counter()
+        result = dict(_builder(family, program.static)(**config, **program.constants))
+        private = float(config.get("epsilon", 0.0)) > 0
+        rows.append({"family": family.name, "algorithm": family.label, "private": private,
+                     "epsilon": float(config["epsilon"]) if private else None, "trial": trial_index,
+                     "panel": panel.label, **dict(panel.values), **dict(program.columns),
+                     **{k: v for k, v in config.items() if k != "epsilon"}, "accountant": family.accountant,
+                     "wall_seconds": time.perf_counter() - t0, **result})
+    return rows
+
+
+def _combined(study: Study, rows: list[dict]) -> list[dict]:
+    out = []
+    families = {f.name: f for f in study.families}
+    for combine in study.combine:
+        for eps in dict.fromkeys(r["epsilon"] for r in rows if r["family"] in combine.of and r["private"]):
+            picks = [r for r in rows if r["family"] in combine.of and r["epsilon"] == eps]
+            pick = min(picks, key=lambda r: r["score"])
+            short = families[pick["family"]].short
+            out.append({**pick, "algorithm": combine.label, "variant": short(pick) if short else pick["algorithm"]})
+    return out
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What :func:`run` produced: ``rows`` (selected rows, host values) and per-trial facts."""
+
+    study: Study
+    rows: list
+    per_trial: list
+    seconds: float
+
+
+def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
+    """Runs every trial, panel, family and program of ``study``; returns the selected rows."""
+    t_start = time.perf_counter()
+    rows, per_trial = [], []
+    for t in range(study.trials):
+        t0 = time.perf_counter()
+        trial = study.data(study, t)
+        log(f"  trial {t + 1}/{study.trials}: " + ", ".join(f"{k} {v}" for k, v in trial.info.items()
+                                                            if not isinstance(v, (list, dict))))
+        for p, panel in enumerate(study.panels):
+            seeds = [study.seed(t, p, r) for r in range(study.reps)]
+            best: dict = {}
+            panel_rows = []
+            for family in study.families:
+                for program in family.programs(study, panel, trial):
+                    t1 = time.perf_counter()
+                    if family.runner == "compute":
+                        panel_rows += _computed(family, panel, t, program)
+                        continue
+                    if family.runner == "train":
+                        out = _train(study, family, program, trial, seeds, out_dir, log)
+                        panel_rows += _rows_of_train(study, family, panel, t, trial, program, out,
+                                                     time.perf_counter() - t1)
+                        continue
+                    out = _sweep(study, family, program, trial, seeds)
+                    seconds = time.perf_counter() - t1
+                    shown = {k: v for k, v in program.static if not callable(v)}
+                    log(f"   {panel.label} {family.name} {shown}: "
+                        f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s")
+                    for row in _select(study, family, panel, t, trial, program, out, seconds):
+                        key = (family.name, row["epsilon"])
+                        if key not in best or row["score"] < best[key]["score"]:
+                            best[key] = row
+            panel_rows += list(best.values())
+            rows += panel_rows + _combined(study, panel_rows)
+        sizes = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
+        per_trial.append({"trial": t, **sizes, **trial.info, "seconds": time.perf_counter() - t0})
+    return Outcome(study, rows, per_trial, time.perf_counter() - t_start)

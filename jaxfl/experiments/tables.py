@@ -1,0 +1,86 @@
+"""``jaxfl tables``: the tables of ``README.md`` and ``docs/reproductions.md``, generated from ``results/``.
+
+Every table of reproduced numbers in the docs sits between two markers naming its results directory::
+
+    <!-- generated from results/lowy-convex/insurance -->
+    ...
+    <!-- end generated -->
+
+and is the study's own summary (:func:`jaxfl.experiments.report.summary`) of
+``results/<experiment>[/<variant>]/results.json``, followed by one line naming the file, the run's
+form, wall time and machine. ``jaxfl tables`` rewrites every block (and redraws each committed run's ``summary.md`` and
+``figure.png`` with the current report layout); ``jaxfl tables --check`` (and the test suite) fails when
+a block differs from what the committed results give, so no number in those tables is typed by hand.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from jaxfl.experiments import registry, report
+
+BLOCK = re.compile(r"(<!-- generated from (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def _experiment(rel: str):
+    """``results/NAME[/VARIANT]`` -> the registered experiment of NAME."""
+    parts = Path(rel).parts[1:]
+    known = registry.experiments()
+    for cut in (len(parts), len(parts) - 1):
+        name = "/".join(parts[:cut])
+        if name in known:
+            return known[name]
+    raise ValueError(f"{rel}: no registered experiment (known: {', '.join(sorted(known))})")
+
+
+def block(root: Path, rel: str) -> str:
+    """The generated text of one block: the summary of ``root/rel/results.json`` and its provenance."""
+    path = root / rel / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} (run `jaxfl reproduce` for it, or remove its block from the docs)")
+    doc = json.loads(path.read_text())
+    text = report.summary(doc, _experiment(rel).study.report)
+    env, config = doc["environment"], doc["config"]
+    seconds = float(config.get("wall_seconds_total", float("nan")))
+    return (f"{text}\n\nFrom `{rel}/results.json` ({report.form_label(config.get('form'))} form; wall time {seconds:,.0f} s on "
+            f"{env.get('cores')} cores, {env.get('backend')}, JAX {env.get('jax_version')}).\n")
+
+
+def generate(docs_text: str, root: Path) -> str:
+    """``docs_text`` with every generated block rewritten from ``root``'s results."""
+    return BLOCK.sub(lambda m: m.group(1) + block(root, m.group("path")) + m.group(4), docs_text)
+
+
+DOCUMENTS = ("README.md", "docs/reproductions.md")
+
+
+def main(check: bool = False, docs: Path | None = None, root: Path | None = None) -> int:
+    """Rewrites (or, with ``check``, verifies) the generated blocks of ``docs`` (default: README.md and
+    docs/reproductions.md); returns an exit status."""
+    root = root or repo_root()
+    paths = [docs] if docs is not None else [root / d for d in DOCUMENTS]
+    stale = []
+    for path in paths:
+        text = path.read_text()
+        new = generate(text, root)
+        count = len(BLOCK.findall(text))
+        if check:
+            print(f"{path}: {count} generated tables " + ("match results/" if new == text else
+                                                            "DIFFER from results/ (run `jaxfl tables`)"))
+            stale += [path] if new != text else []
+        else:
+            path.write_text(new)
+            print(f"{path}: {count} tables regenerated from results/")
+    if check:
+        return 1 if stale else 0
+    runs = sorted(root.glob("results/**/results.json"))
+    for path in runs:
+        doc = json.loads(path.read_text())
+        report.render(doc, registry.get_experiment(doc["experiment"]).study.report, path.parent)
+    print(f"{len(runs)} summaries and figures under results/ redrawn")
+    return 0

@@ -1,0 +1,62 @@
+"""``jaxfl tables``: the tables of docs/reproductions.md are generated from the committed results/ files."""
+import json
+import shutil
+
+import pytest
+
+from jaxfl.experiments import report, tables
+from jaxfl.experiments.registry import experiments
+
+ROOT = tables.repo_root()
+DOCS = ROOT / "docs" / "reproductions.md"
+
+
+@pytest.mark.parametrize("document", tables.DOCUMENTS)
+def test_docs_tables_equal_what_the_committed_results_give(document):
+    text = (ROOT / document).read_text()
+    assert tables.BLOCK.findall(text)
+    assert tables.generate(text, ROOT) == text, "run `jaxfl tables` after committing new results/"
+
+
+def test_every_block_names_a_committed_results_file():
+    for match in tables.BLOCK.finditer(DOCS.read_text()):
+        assert (ROOT / match.group("path") / "results.json").is_file()
+
+
+def test_summary_md_of_each_committed_run_is_its_studys_summary():
+    """results/*/summary.md was written by the same report from the same document (no hand edits)."""
+    known = experiments()
+    paths = sorted(ROOT.glob("results/**/results.json"))
+    assert paths
+    for path in paths:
+        doc = json.loads(path.read_text())
+        study = known[doc["experiment"]].study
+        assert (path.parent / "summary.md").read_text() == report.summary(doc, study.report) + "\n"
+
+
+def test_check_flags_a_hand_edited_number(tmp_path):
+    rel = next(tables.BLOCK.finditer(DOCS.read_text())).group("path")
+    shutil.copytree(ROOT / rel, tmp_path / rel, ignore=shutil.ignore_patterns("checkpoints", "curves.csv"))
+    docs = tmp_path / "docs.md"
+    docs.write_text(f"intro\n<!-- generated from {rel} -->\nold\n<!-- end generated -->\noutro\n")
+    assert tables.main(docs=docs, root=tmp_path) == 0
+    generated = docs.read_text()
+    assert generated.startswith("intro\n") and generated.endswith("<!-- end generated -->\noutro\n")
+    assert "old\n" not in generated and f"From `{rel}/results.json`" in generated
+    assert tables.main(check=True, docs=docs, root=tmp_path) == 0
+    docs.write_text(generated.replace("| ", "| 9.99", 1))
+    assert tables.main(check=True, docs=docs, root=tmp_path) == 1
+
+
+def test_a_block_without_results_is_an_error(tmp_path):
+    docs = tmp_path / "docs.md"
+    docs.write_text("<!-- generated from results/demo -->\n<!-- end generated -->\n")
+    with pytest.raises(FileNotFoundError, match="results/demo"):
+        tables.main(docs=docs, root=tmp_path)
+
+
+def test_cli_check_passes_on_the_committed_docs(capsys):
+    from jaxfl.cli import main
+
+    assert main(["tables", "--check"]) == 0
+    assert "DIFFER" not in capsys.readouterr().out
