@@ -26,7 +26,7 @@ _EXPERIMENT_MODULES = ["jaxfl.experiments.demo", "jaxfl.experiments.lowy_convex"
                        "jaxfl.experiments.dprec"]
 
 BENCHMARKS: dict[str, str] = {
-    "engine_vs_loop": "jaxfl engine vs a vectorized NumPy loop at seed 000's MNIST shape",
+    "engine_vs_loop": "jaxfl engine vs NumPy vectorized over silos and minibatch (and the silo loop), seed 000 MNIST shape",
     "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs the authors' NumPy loop",
     "lowy_nonconvex_grid": "seed 002's MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs one run at a time",
     "rec_kernel": "DP-REC's fused REC encoder vs bare jax.random.normal and a materializing encoder (time, memory)",
