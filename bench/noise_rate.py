@@ -1,0 +1,98 @@
+"""Gaussian noise at the speed of memory? Normals per second of JAX's key implementations against NumPy.
+
+Local SGD and SPIDER draw d-dimensional noise at every local step; drawn ahead in large blocks, the cost
+is a generator's throughput. This measures, in one process on one block of ``--normals`` float32 normals
+(default 2^24 = 64 MiB):
+
+* ``jax.random.normal`` under ``jit`` for each key implementation (threefry2x32, jaxfl's default and
+  the one whose results are addressable and identical on 1 and N devices; philox4x32; rbg; unsafe_rbg),
+* NumPy's ``Generator.standard_normal(dtype=float32)`` (PCG64 + ziggurat: what a NumPy user calls),
+* the machine's memory bandwidth for writing the same block (a jitted fill and ``np.copyto``), the
+  ceiling a generator that only writes its output would reach.
+
+Headline ``ratio``: NumPy seconds / jaxfl-default (threefry) seconds per block. Rows give normals/s and
+the fraction of the write bandwidth each generator reaches.
+
+Usage: python bench/noise_rate.py [--normals 16777216] [--repeats 7] [--out bench/results/noise_rate.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
+
+
+def best_seconds(fn, repeats: int) -> float:
+    fn()                                   # compile / warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--normals", type=int, default=2**24)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "noise_rate.json"))
+    args = parser.parse_args()
+    n, nbytes = args.normals, 4 * args.normals
+
+    fill = jax.jit(lambda v: jnp.full((n,), v, jnp.float32))
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    write = {"jax_fill": best_seconds(lambda: fill(1.0).block_until_ready(), args.repeats),
+             "numpy_copyto": best_seconds(lambda: np.copyto(dst, src), args.repeats)}
+    bandwidth = nbytes / write["jax_fill"]                         # bytes written per second
+
+    rows = []
+    for impl in IMPLS:
+        key = jax.random.key(0, impl=impl)
+        draw = jax.jit(lambda k: jax.random.normal(k, (n,), jnp.float32))
+        seconds = best_seconds(lambda: draw(key).block_until_ready(), args.repeats)
+        rows.append({"generator": f"jax.random.normal, {impl}" + (" (jaxfl default)" if impl == "threefry2x32" else ""),
+                     "seconds": seconds, "normals_per_second": n / seconds,
+                     "fraction_of_write_bandwidth": (nbytes / seconds) / bandwidth})
+    rng = np.random.default_rng(0)  # host-rng-ok: the NumPy baseline's own generator
+    numpy_seconds = best_seconds(lambda: rng.standard_normal(n, dtype=np.float32), args.repeats)
+    rows.append({"generator": "NumPy Generator.standard_normal (PCG64, ziggurat), float32", "seconds": numpy_seconds,
+                 "normals_per_second": n / numpy_seconds,
+                 "fraction_of_write_bandwidth": (nbytes / numpy_seconds) / bandwidth})
+    default = rows[0]["seconds"]
+    record = {
+        "benchmark": "noise_rate",
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
+                    "load_average_1min": os.getloadavg()[0]},
+        "ratio": numpy_seconds / default,
+        "baseline": "NumPy Generator.standard_normal(dtype=float32) on the same block, same process; ratio = NumPy "
+                    "seconds / jax.random.normal (threefry2x32, jaxfl's default key) seconds, best of repeats",
+        "normals": n, "repeats": args.repeats,
+        "write_bandwidth": {"bytes_per_second_jax_fill": bandwidth,
+                            "bytes_per_second_numpy_copyto_read_plus_write": 2 * nbytes / write["numpy_copyto"],
+                            "seconds": write},
+        "rows": rows,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"block of {n:,} float32 normals ({nbytes / 2**20:.0f} MiB); write bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"(jitted fill)")
+    for row in rows:
+        print(f"  {row['generator']:62s} {row['seconds'] * 1e3:8.1f} ms  {row['normals_per_second'] / 1e6:8.1f} M/s  "
+              f"{100 * row['fraction_of_write_bandwidth']:5.1f} % of write bandwidth")
+    print(f"headline ratio (NumPy / jaxfl default): {record['ratio']:.2f}x   -> {out}")
+
+
+if __name__ == "__main__":
+    main()
