@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs the authors' NumPy loop",
     "lowy_nonconvex_grid": "seed 002's MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs one run at a time",
     "rec_kernel": "DP-REC's fused REC encoder vs bare jax.random.normal and a materializing encoder (time, memory)",
+    "scaling": "round time against silos (8..4096), model size and forced host devices (equal results); PNG plot",
     "noise_rate": "Gaussian noise draws: normals/s of JAX's key implementations vs NumPy, beside the write bandwidth",
     "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, clients vmapped vs one at a time",
 }
