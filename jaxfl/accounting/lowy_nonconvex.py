@@ -32,17 +32,9 @@ def _ceil(x: float) -> int:
     return int(math.ceil(x * (1 - _ROUND_SLACK)))
 
 
-def _pos(value, name: str) -> float:
-    return checks.positive_float(name, value)
-
-
-def _cnt(value, name: str) -> int:
-    return checks.positive_int(name, value)
-
-
 def _silos(num_silos, silos_per_round) -> tuple[int, int]:
-    N = _cnt(num_silos, "num_silos")
-    M = _cnt(silos_per_round, "silos_per_round")
+    N = checks.positive_int("num_silos", num_silos)
+    M = checks.positive_int("silos_per_round", silos_per_round)
     if M > N:
         raise ValueError(f"silos_per_round must be <= num_silos={N}, got {silos_per_round!r}")
     return N, M
@@ -73,8 +65,8 @@ def sigma_prox_sgd(lipschitz, batch_size, epsilon, delta, *, printed=False) -> f
     factor 2 short of Prop. D.2 for sensitivity ``2L/K``; it gives zCDP ``eps^2/(4 ln(1/delta))``, which
     does not convert to (eps, delta)), with the theorem's stated range ``epsilon <= min(8 ln(1/delta), 15)``.
     """
-    L = _pos(lipschitz, "lipschitz")
-    K = _cnt(batch_size, "batch_size")
+    L = checks.positive_float("lipschitz", lipschitz)
+    K = checks.positive_int("batch_size", batch_size)
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
     if printed:
@@ -90,15 +82,15 @@ def prox_sgd_rounds(kappa, mu, gap, lipschitz, M, n, epsilon, delta, dim, *, num
     with ``Delta >= F(w0) - F*`` (``gap``) and ``kappa = beta/mu``. With ``num_silos=N`` it is part 2
     (SDP Prox-SGD, Alg. 7): ``min{M n, eps^2 n^2 N^2 / (d ln(1/delta))}``. Returns at least 1 (a log of
     an argument <= 1 would give R <= 0: the bound then already holds at w0, but Alg. 6 needs R >= 1)."""
-    kappa = _pos(kappa, "kappa")
-    mu = _pos(mu, "mu")
-    gap = _pos(gap, "gap")
-    L = _pos(lipschitz, "lipschitz")
-    M = _cnt(M, "M")
-    n = _cnt(n, "n")
+    kappa = checks.positive_float("kappa", kappa)
+    mu = checks.positive_float("mu", mu)
+    gap = checks.positive_float("gap", gap)
+    L = checks.positive_float("lipschitz", lipschitz)
+    M = checks.positive_int("M", M)
+    n = checks.positive_int("n", n)
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
-    d = _cnt(dim, "dim")
+    d = checks.positive_int("dim", dim)
     if num_silos is None:
         privacy_term = eps**2 * n**2 * M / (d * math.log(1 / dlt))
     else:
@@ -113,8 +105,8 @@ def prox_sgd_rounds(kappa, mu, gap, lipschitz, M, n, epsilon, delta, dim, *, num
 def prox_sgd_batch(n, rounds) -> int:
     """Alg. 6 / Thm E.1: ``K = floor(n / R)`` (disjoint batches: one permutation per silo cut into R
     chunks). Raises if ``R > n``."""
-    n = _cnt(n, "n")
-    R = _cnt(rounds, "rounds")
+    n = checks.positive_int("n", n)
+    R = checks.positive_int("rounds", rounds)
     if R > n:
         raise ValueError(f"rounds must be <= n={n} for disjoint batches of size floor(n/R) >= 1, got {rounds!r}")
     return n // R
@@ -140,13 +132,13 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
     for sensitivity ``2L/K`` although the difference of two gradients has sensitivity ``4L/K`` (digest §9
     item 6: a factor 4 in variance). Defaults reproduce the statement.
     """
-    L = _pos(lipschitz, "lipschitz")
-    n = _cnt(n, "n")
+    L = checks.positive_float("lipschitz", lipschitz)
+    n = checks.positive_int("n", n)
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
-    S = _cnt(restarts, "restarts")
-    E = _cnt(epochs, "epochs")
-    R = _cnt(rounds, "rounds")
+    S = checks.positive_int("restarts", restarts)
+    E = checks.positive_int("epochs", epochs)
+    R = checks.positive_int("rounds", rounds)
     _require_eps_at_most(eps, min(2 * math.log(2 / dlt), 15.0), "Theorem E.2 (eps <= min(2 ln(2/delta), 15))")
     base = L**2 * S * math.log(2 / dlt) / (eps**2 * n**2)
     var1 = 256 * base * E * math.log(5 * E / dlt)
@@ -159,18 +151,18 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
 def pl_svrg_batch(n, epsilon, delta, restarts, rounds) -> int:
     """Thm E.2's batch condition ``K >= eps n / (4 sqrt(2 S R ln(2/delta)))`` as the smallest integer
     (at least 1): seed 000's :func:`lowy_convex.min_batch_theorem` with ``S R`` rounds."""
-    S = _cnt(restarts, "restarts")
-    R = _cnt(rounds, "rounds")
-    return int(lowy_convex.min_batch_theorem(_cnt(n, "n"), S * R, checks.epsilon("epsilon", epsilon),
+    S = checks.positive_int("restarts", restarts)
+    R = checks.positive_int("rounds", rounds)
+    return int(lowy_convex.min_batch_theorem(checks.positive_int("n", n), S * R, checks.epsilon("epsilon", epsilon),
                                              checks.delta("delta", delta, scalar=True)))
 
 
 def pl_svrg_step_size(beta, batch_size, silos_per_round, n) -> float:
     """Thm E.2's step size ``eta = (1/(8 beta)) min(1, K^{3/2} sqrt(M) / n)``."""
-    beta = _pos(beta, "beta")
-    K = _cnt(batch_size, "batch_size")
-    M = _cnt(silos_per_round, "silos_per_round")
-    n = _cnt(n, "n")
+    beta = checks.positive_float("beta", beta)
+    K = checks.positive_int("batch_size", batch_size)
+    M = checks.positive_int("silos_per_round", silos_per_round)
+    n = checks.positive_int("n", n)
     return min(1.0, K**1.5 * math.sqrt(M) / n) / (8 * beta)
 
 
@@ -193,19 +185,19 @@ def sigma_spider(lipschitz, n, epsilon, delta, *, rounds, phase_length, smoothne
     the whole zCDP budget, so the total is about twice the target; and the authors' code omits the
     ``max(R/q, 1)`` factor (multiply ``sigma1`` by ``sqrt(min(q/R, 1))`` to reproduce it).
     """
-    L = _pos(lipschitz, "lipschitz")
-    n = _cnt(n, "n")
+    L = checks.positive_float("lipschitz", lipschitz)
+    n = checks.positive_int("n", n)
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
-    R = _cnt(rounds, "rounds")
-    q = _cnt(phase_length, "phase_length")
+    R = checks.positive_int("rounds", rounds)
+    q = checks.positive_int("phase_length", phase_length)
     _require_eps_at_most(eps, 2 * math.log(1 / dlt), "Theorem F.1 (eps <= 2 ln(1/delta)) with this delta")
     unit = math.log(1 / dlt) / (eps**2 * n**2)
     sigma1 = math.sqrt(16 * L**2 * unit * max(R / q, 1.0))
     if smoothness is None:
         sigma2 = math.inf
     else:
-        sigma2 = math.sqrt(16 * _pos(smoothness, "smoothness") ** 2 * R * unit)
+        sigma2 = math.sqrt(16 * checks.positive_float("smoothness", smoothness) ** 2 * R * unit)
     sigma_hat2 = math.sqrt(64 * L**2 * R * unit)
     return sigma1, sigma2, sigma_hat2
 
@@ -216,7 +208,7 @@ def spider_difference_sigma(sigma2, sigma_hat2, step_norm):
     ``sigma_hat2`` (also for ``||dw|| = 0``). ``step_norm`` may be a JAX array (also traced), in which case
     a JAX array is returned; ``sigma2``/``sigma_hat2`` are plain numbers."""
     s2 = float(sigma2)
-    sh2 = _pos(sigma_hat2, "sigma_hat2")
+    sh2 = checks.positive_float("sigma_hat2", sigma_hat2)
     if not s2 >= 0.0:
         raise ValueError(f"sigma2 must be >= 0 (inf allowed), got {sigma2!r}")
     if math.isinf(s2):
@@ -237,11 +229,11 @@ def spider_parameters(lipschitz, smoothness, gap, n, dim, epsilon, delta, silos_
     ``M = N``), then ``R = ceil(eps n sqrt(M q) sqrt(Delta beta) / (L sqrt(d ln(1/delta))))`` with that
     integer q. ``q < 1`` returns ``(0, 0)``: the proof then outputs ``w0`` (run no rounds).
     ``gap`` is ``Delta_hat_X >= F_hat(w0) - F_hat*``."""
-    L = _pos(lipschitz, "lipschitz")
-    beta = _pos(smoothness, "smoothness")
-    gap = _pos(gap, "gap")
-    n = _cnt(n, "n")
-    d = _cnt(dim, "dim")
+    L = checks.positive_float("lipschitz", lipschitz)
+    beta = checks.positive_float("smoothness", smoothness)
+    gap = checks.positive_float("gap", gap)
+    n = checks.positive_int("n", n)
+    d = checks.positive_int("dim", dim)
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
@@ -264,18 +256,18 @@ def sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) -> float:
     """Seed 002's experiments, ISRL-DP MB-SGD (§4.9; authors' code, moments-accountant heuristic):
     ``sigma^2 = 8 L^2 R ln(2/delta) / (n^2 eps^2)``. (Seed 000's
     :func:`lowy_convex.sigma_experiment_mbsgd` has ``ln(1/delta)``.) Not an accountant-verified bound."""
-    L = _pos(lipschitz, "lipschitz")
-    n = _cnt(n, "n")
+    L = checks.positive_float("lipschitz", lipschitz)
+    n = checks.positive_int("n", n)
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
-    R = _cnt(rounds, "rounds")
+    R = checks.positive_int("rounds", rounds)
     return math.sqrt(8 * L**2 * R * math.log(2 / dlt) / (n**2 * eps**2))
 
 
 def sigma_experiment_local_sgd(lipschitz, n, epsilon, delta, rounds, local_steps) -> float:
     """Seed 002's experiments, ISRL-DP Local SGD (§4.9, code): per local step,
     ``sigma^2 = 8 L^2 K R ln(2/delta) / (n^2 eps^2)`` with ``K`` one-sample local steps per round."""
-    K = _cnt(local_steps, "local_steps")
+    K = checks.positive_int("local_steps", local_steps)
     return sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) * math.sqrt(K)
 
 
@@ -292,15 +284,15 @@ def batch_experiment_paper(n, rounds, epsilon) -> int:
     """The paper's experiment batch (App. H.2; Alg. 11's and the baselines' ``K1 = K2``):
     ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` -- seed 000's :func:`lowy_convex.batch_experiment`
     (the same formula, one name for it)."""
-    return int(lowy_convex.batch_experiment(_cnt(n, "n"), _cnt(rounds, "rounds"), checks.epsilon("epsilon", epsilon)))
+    return int(lowy_convex.batch_experiment(checks.positive_int("n", n), checks.positive_int("rounds", rounds), checks.epsilon("epsilon", epsilon)))
 
 
 def batch_experiment_code(n, rounds) -> int:
     """The authors' code: ``K = int(max(1, n sqrt(24) / (2 sqrt(R))))`` for every epsilon ("24 >= the
     largest epsilon tested"), ported literally. MNIST n = 1238: 606 (R = 25), 428 (R = 50); CIFAR-10
     n = 1000: 346 (R = 50), 244 (R = 100)."""
-    n = _cnt(n, "n")
-    R = _cnt(rounds, "rounds")
+    n = checks.positive_int("n", n)
+    R = checks.positive_int("rounds", rounds)
     return int(max(1, n * math.sqrt(24) / (2 * math.sqrt(R))))
 
 
@@ -331,10 +323,10 @@ def sdp_svrg_pvec(epsilon, delta, num_silos, silos_per_round, n, batch_size, epo
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
-    n = _cnt(n, "n")
-    K = _cnt(batch_size, "batch_size")
-    E = _cnt(epochs, "epochs")
-    Q = _cnt(inner_steps, "inner_steps")
+    n = checks.positive_int("n", n)
+    K = checks.positive_int("batch_size", batch_size)
+    E = checks.positive_int("epochs", epochs)
+    Q = checks.positive_int("inner_steps", inner_steps)
     eps_t = eps * N * n / (8 * M * K * math.sqrt(4 * E * Q * math.log(2 / dlt)))
     return eps_t, dlt / (2 * E * Q)
 
@@ -359,15 +351,15 @@ def sdp_spider_pvec(epsilon, delta, num_silos, silos_per_round, checkpoint_batch
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
-    K1 = _cnt(checkpoint_batch, "checkpoint_batch")
-    K2 = _cnt(difference_batch, "difference_batch")
-    R = _cnt(rounds, "rounds")
-    q = _cnt(phase_length, "phase_length")
+    K1 = checks.positive_int("checkpoint_batch", checkpoint_batch)
+    K2 = checks.positive_int("difference_batch", difference_batch)
+    R = checks.positive_int("rounds", rounds)
+    q = checks.positive_int("phase_length", phase_length)
     if n is None:
         if K1 != K2:
             raise ValueError(f"sdp_spider_pvec needs n when checkpoint_batch={K1} != difference_batch={K2}")
         n = K1
-    n = _cnt(n, "n")
+    n = checks.positive_int("n", n)
     log_term = math.log(1 / dlt)
     if printed:
         factor = max(1.0, math.sqrt(q) / math.sqrt(R))
@@ -387,10 +379,10 @@ def noise_multiplier(sigma, clip_norm, batch_size, sensitivity=1.0) -> float:
     """The engine's noise multiplier for a paper sigma: the engine adds ``N(0, (z sensitivity C)^2)`` to a
     silo's *sum* of ``K`` clipped gradients and divides by ``K``, so ``z = sigma K / (sensitivity C)``
     (seed 000's :func:`lowy_convex.noise_multiplier_from_sigma` with clip norm ``sensitivity C``)."""
-    C = _pos(clip_norm, "clip_norm")
-    s = _pos(sensitivity, "sensitivity")
-    K = _cnt(batch_size, "batch_size")
-    _pos(sigma, "sigma")
+    C = checks.positive_float("clip_norm", clip_norm)
+    s = checks.positive_float("sensitivity", sensitivity)
+    K = checks.positive_int("batch_size", batch_size)
+    checks.positive_float("sigma", sigma)
     return float(lowy_convex.noise_multiplier_from_sigma(sigma, s * C, K))
 
 

@@ -75,10 +75,6 @@ class NoiseCalibration(NamedTuple):
     certified: bool
 
 
-def _per_silo(value, counts, name):
-    return checks.per_silo(name, value, len(counts))
-
-
 def _squeeze(arr):
     arr = np.asarray(arr, dtype=np.float64)
     return float(arr[0]) if np.all(arr == arr[0]) else arr
@@ -110,8 +106,8 @@ def calibrate_minibatch_sgd(*, clip_norm: float, counts, rounds: int, epsilon, d
     checks.one_of("calibration", calibration, CALIBRATIONS)
     counts = checks.silo_counts("counts", counts)
     rounds = checks.positive_int("rounds", rounds)
-    eps = _per_silo(epsilon, counts, "epsilon")
-    dlt = _per_silo(delta, counts, "delta")
+    eps = checks.per_silo("epsilon", epsilon, len(counts))
+    dlt = checks.per_silo("delta", delta, len(counts))
     if calibration == "theorem":
         sigma = np.atleast_1d(lowy_convex.sigma_theorem(clip_norm, counts, rounds, eps, dlt))
         needed = int(np.max(lowy_convex.min_batch_theorem(counts, rounds, eps, dlt)))
@@ -143,9 +139,9 @@ def calibrate_one_pass(*, clip_norm: float, counts, batch_size: int, epsilon, de
     """Noise for one-pass accelerated MB-SGD (Thm 3.1 / E.1): ``sigma^2 = 32 L^2 ln(1.25/delta) /
     (eps^2 K^2)``; every record is used once (``R <= floor(n_i / K)``), so by parallel composition the
     run is as private as one round."""
-    counts = np.asarray(counts, dtype=np.int64)
-    eps = _per_silo(epsilon, counts, "epsilon")
-    dlt = _per_silo(delta, counts, "delta")
+    counts = checks.silo_counts("counts", counts)
+    eps = checks.per_silo("epsilon", epsilon, len(counts))
+    dlt = checks.per_silo("delta", delta, len(counts))
     sigma = np.atleast_1d(lowy_convex.sigma_one_pass(clip_norm, batch_size, eps, dlt))
     z = lowy_convex.noise_multiplier_from_sigma(sigma, clip_norm, batch_size)
     return NoiseCalibration(_squeeze(z), _squeeze(sigma), int(batch_size), "one_pass", True)
@@ -155,9 +151,9 @@ def calibrate_local_sgd(*, clip_norm: float, counts, rounds: int, local_steps: i
     """Per-step noise of the experiments' ISRL-DP Local SGD (App. I): ``sigma^2 = 8 L^2 R K ln(1/delta) /
     (n^2 eps^2)`` on each one-sample step (so ``z = sigma / L``). Like the experiments' MB-SGD rule it
     is not certified by jaxfl's accounting."""
-    counts = np.asarray(counts, dtype=np.int64)
-    eps = _per_silo(epsilon, counts, "epsilon")
-    dlt = _per_silo(delta, counts, "delta")
+    counts = checks.silo_counts("counts", counts)
+    eps = checks.per_silo("epsilon", epsilon, len(counts))
+    dlt = checks.per_silo("delta", delta, len(counts))
     sigma = np.atleast_1d(lowy_convex.sigma_experiment_local_sgd(clip_norm, counts, rounds, local_steps, eps, dlt))
     z = lowy_convex.noise_multiplier_from_sigma(sigma, clip_norm, 1)
     return NoiseCalibration(_squeeze(z), _squeeze(sigma), 1, "experiment", False)
@@ -473,8 +469,7 @@ def authors_scripts_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_n
     come back under the scripts' choices, not to train privately: train it with ``delta=None``.
     """
     for option, value in (("aggregate", aggregate), ("clip", clip), ("gradient", gradient), ("noise", noise)):
-        if value not in AUTHORS_SCRIPTS_CHOICES[option]:
-            raise ValueError(f"{option} must be one of {AUTHORS_SCRIPTS_CHOICES[option]}, got {value!r}")
+        checks.one_of(option, value, AUTHORS_SCRIPTS_CHOICES[option])
     check_private_args(clip_norm, noise_multiplier)  # argument checks only: no guarantee is stated
     k = int(batch_size)
     sampler = local.make_sampler(batch_size=k)

@@ -127,17 +127,11 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
     return ledger_lib.SiloLedger(list(privacy.events), accountant=accountant, **kwargs)
 
 
-def check_delta(delta):
-    """Raises ValueError unless ``delta`` (a scalar or one value per silo) lies in (0, 1); returns it as
-    :func:`jaxfl.checks.delta` converts it."""
-    return checks.delta("delta", delta)
-
-
 def _check_budget_args(target_epsilon, delta, ledger):
     if target_epsilon is not None:
         checks.epsilon("target_epsilon", target_epsilon)
     if delta is not None:
-        check_delta(delta)
+        checks.delta("delta", delta)
     if target_epsilon is not None and delta is None:
         raise ValueError("target_epsilon needs a delta")
     if target_epsilon is not None and ledger is None:

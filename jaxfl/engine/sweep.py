@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxfl import checks
 from jaxfl.data.federated import FederatedData
-from jaxfl.engine.driver import check_delta, check_schedule, make_ledger, run_rounds
+from jaxfl.engine.driver import check_schedule, make_ledger, run_rounds
 from jaxfl.engine.protocol import initial_state
 
 
@@ -49,6 +49,18 @@ def grid_points(grid: dict[str, Sequence]) -> list[dict]:
     """The Cartesian product of ``grid`` as a list of dicts (row-major in the keys' order)."""
     names = list(grid)
     return [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
+
+
+def configurations(grid: dict[str, Sequence] | Sequence[dict]) -> list[dict]:
+    """The configurations of a grid: the Cartesian product of a ``name -> values`` dict
+    (:func:`grid_points`), or a list of configurations taken as given (all with the same keys)."""
+    if isinstance(grid, dict):
+        return grid_points(grid)
+    configs = [dict(c) for c in grid]
+    names = tuple(configs[0]) if configs else ()
+    if any(tuple(c) != names for c in configs):
+        raise ValueError(f"every configuration of a grid list needs the keys {names}, got {configs}")
+    return configs
 
 
 def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict], data: FederatedData, params, *, rounds: int,
@@ -79,11 +91,9 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
     """
     checks.federated_data(data)
     if delta is not None:
-        check_delta(delta)
-    configs = grid_points(grid) if isinstance(grid, dict) else [dict(c) for c in grid]
+        checks.delta("delta", delta)
+    configs = configurations(grid)
     names = tuple(grid) if isinstance(grid, dict) else tuple(configs[0]) if configs else ()
-    if any(tuple(c) != names for c in configs):
-        raise ValueError(f"every configuration of a grid list needs the keys {names}, got {configs}")
     seeds = np.asarray(list(seeds))
     table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in names}
     table["__config__"] = jnp.arange(len(configs))  # gives vmap an axis even for an empty grid

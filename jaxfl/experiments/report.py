@@ -222,7 +222,7 @@ def _num(v) -> float:
     return float(v)
 
 
-def _cells(doc: dict, metric: str) -> dict:
+def _cells(doc: dict) -> dict:
     """``{(panel, algorithm, epsilon): [records]}``."""
     cells: dict = {}
     for r in doc["runs"]:
@@ -313,7 +313,7 @@ def _panels(doc: dict) -> list:
 def summary(doc: dict, report: Report) -> str:
     """The summary tables of a results document (markdown)."""
     t = report.table
-    cells = _cells(doc, t.metric)
+    cells = _cells(doc)
     c = doc["config"]
     lines = []
     for panel in _panels(doc):
@@ -362,7 +362,7 @@ def figure(doc: dict, layout: Figure, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = _cells(doc, layout.metric)
+    cells = _cells(doc)
     panels = _panels(doc)
     cols = min(layout.columns, len(panels))
     nrows = math.ceil(len(panels) / cols)

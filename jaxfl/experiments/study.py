@@ -32,9 +32,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver
-from jaxfl.engine.sweep import SweepResult, grid_points, sweep
+from jaxfl.engine.sweep import SweepResult, configurations, sweep
+
+
+RUNNERS = ("sweep", "train", "compute")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +120,9 @@ class Family:
     accountant: str | None = "rdp"
     describe: Callable[..., dict] | None = None
     short: Callable[[dict], str] | None = None
+
+    def __post_init__(self):
+        checks.one_of("runner", self.runner, RUNNERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +271,17 @@ def _scores(metrics: dict, name: str) -> np.ndarray:
     return np.where(np.isfinite(values), values, np.inf).mean(axis=1)
 
 
+def _row(family: Family, config: dict, panel: Panel, trial_index: int, program: Program) -> dict:
+    """The facts every row starts with: family, algorithm label, privacy (``epsilon > 0``), trial,
+    panel, the program's columns and the configuration's other values."""
+    private = float(config.get("epsilon", 0.0)) > 0
+    return {"family": family.name, "algorithm": family.label if private else family.nonprivate_label or family.label,
+            "private": private, "epsilon": float(config["epsilon"]) if private else None, "trial": trial_index,
+            "panel": panel.label, **dict(panel.values), **dict(program.columns),
+            **{k: float(v) for k, v in config.items() if k != "epsilon"},
+            "accountant": family.accountant if private else None}
+
+
 def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,
             out: SweepResult, seconds: float) -> list[dict]:
     """One row per value of ``study.select.per`` from a finished grid."""
@@ -277,23 +295,18 @@ def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial:
     for key in groups:
         idx = np.flatnonzero([k == key for k in keys])
         best = int(idx[np.argmin(score[idx])])
-        config = out.configs[best]
-        private = float(config.get("epsilon", 0.0)) > 0
+        row = _row(family, out.configs[best], panel, trial_index, program)
         metrics = {m: float(np.mean(np.asarray(v, np.float64)[best])) for m, v in out.metrics.items()}
         if study.select.score is not None:
             metrics[study.select.score] = float(score[best])
-        row = {"family": family.name, "algorithm": family.label if private else family.nonprivate_label or family.label,
-               "private": private, "epsilon": float(config["epsilon"]) if private else None,
-               "trial": trial_index, "panel": panel.label, **dict(panel.values), **dict(program.columns),
-               **{k: float(v) for k, v in config.items() if k != "epsilon"},
-               "delta": _delta_field(trial.deltas), "metrics": metrics,
-               "per_seed": {m: np.asarray(v, np.float64)[best].tolist() for m, v in out.metrics.items()},
-               "score": float(score[best]), "diverged_configs": int(np.sum(~np.isfinite(score[idx]))),
-               "epsilon_spent": float(out.epsilons[best]) if private and out.epsilons is not None else math.inf,
-               "accountant": family.accountant if private else None,
-               "wall_seconds": seconds / len(groups),
-               "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},
-               "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)}
+        row.update({"delta": _delta_field(trial.deltas), "metrics": metrics,
+                    "per_seed": {m: np.asarray(v, np.float64)[best].tolist() for m, v in out.metrics.items()},
+                    "score": float(score[best]), "diverged_configs": int(np.sum(~np.isfinite(score[idx]))),
+                    "epsilon_spent": float(out.epsilons[best]) if row["private"] and out.epsilons is not None
+                    else math.inf,
+                    "wall_seconds": seconds / len(groups),
+                    "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},
+                    "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)})
         if study.final is not None:
             for name, value in study.final(row["params"], trial, study).items():
                 if name in metrics:
@@ -318,67 +331,42 @@ def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: 
                  constants=program.constants)
 
 
-def _train(study: Study, family: Family, program: Program, trial: Trial, seeds: list, out_dir: Path | None,
-           log) -> SweepResult:
-    """Each configuration and seed as one :func:`driver.train` run (checkpointed under ``out_dir``), in
-    the shape of a :class:`SweepResult` (metrics: the final evaluation; infos: the evaluation history)."""
-    configs = grid_points(program.grid) if isinstance(program.grid, dict) else [dict(c) for c in program.grid]
+def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,
+             seeds: list, out_dir: Path | None, log) -> list[dict]:
+    """``"train"`` families: each configuration and seed as one :func:`driver.train` run (checkpointed and
+    resumed under ``out_dir/checkpoints``), one row each (no selection): the final evaluation's metrics."""
     build = _builder(family, program.static)
-    metrics, histories, params, epsilons = [], [], [], []
-    for config in configs:
-        per_seed = []
+    rows = []
+    for config in configurations(program.grid):
         for seed in seeds:
-            algorithm = build(**config, **program.constants)
+            t0 = time.perf_counter()
             tag = "-".join(f"{k}{v:g}" for k, v in config.items())
             ckpt = None if out_dir is None else Path(out_dir) / "checkpoints" / f"{family.name}-{tag}-seed{seed}"
             if ckpt is not None:
                 ckpt.mkdir(parents=True, exist_ok=True)
-            result = driver.train(algorithm, trial.train, study.init(seed if study.init_seed is None else
-                                                                     study.init_seed),
+            result = driver.train(build(**config, **program.constants), trial.train,
+                                  study.init(seed if study.init_seed is None else study.init_seed),
                                   rounds=program.rounds, key=seed, eval_every=study.eval_every,
                                   eval_fn=lambda p: study.evaluate(p, trial.eval_data),
                                   accountant=family.accountant or "rdp",
                                   delta=None if family.accountant is None else trial.deltas,
                                   checkpoint_dir=ckpt, metrics_path=None if ckpt is None else ckpt / "metrics.jsonl",
                                   progress=False, run_info={"algorithm": family.name, **config, "seed": seed})
+            history = result.history
             if ckpt is not None:   # a resumed run: its history is the metrics file (last record per round)
                 records = [json.loads(line) for line in (ckpt / "metrics.jsonl").read_text().splitlines() if line]
-                result.history[:] = list({r["round"]: r for r in records}.values())
-            per_seed.append(result)
+                history = list({r["round"]: r for r in records}.values())
+            final = history[-1]
             log(f"    {family.name} {tag} seed {seed}: " + ", ".join(
-                f"{k} {v:.4g}" for k, v in result.history[-1].items() if isinstance(v, float)))
-        final = [r.history[-1] for r in per_seed]
-        skip = {"round", "epsilon", "wall_seconds", "seed", *config}
-        names = [k for k, v in final[0].items() if isinstance(v, (int, float)) and k not in skip]
-        metrics.append({k: [float(f.get(k, math.nan)) for f in final] for k in names})
-        histories.append([r.history for r in per_seed])
-        params.append([jax.device_get(r.state.params) for r in per_seed])
-        epsilons.append(max(float(np.max(np.atleast_1d(r.epsilon))) if r.epsilon is not None else math.inf
-                            for r in per_seed))
-    names = list(metrics[0])
-    out_metrics = {k: np.asarray([m[k] for m in metrics]) for k in names}
-    out_params = jax.tree_util.tree_map(lambda *xs: np.stack(xs),
-                                        *[jax.tree_util.tree_map(lambda *s: np.stack(s), *p) for p in params])
-    return SweepResult(configs, np.asarray(seeds), out_params, {"history": histories}, out_metrics,
-                       np.asarray(epsilons))
-
-
-def _rows_of_train(study, family, panel, trial_index, trial, program, out: SweepResult, seconds) -> list[dict]:
-    """Train runs report every configuration and seed (no selection)."""
-    rows = []
-    for i, config in enumerate(out.configs):
-        private = float(config.get("epsilon", 0.0)) > 0
-        for j, seed in enumerate(out.seeds):
-            history = out.infos["history"][i][j]
-            row = {"family": family.name, "algorithm": family.label if private else family.nonprivate_label
-                   or family.label, "private": private, "epsilon": float(config["epsilon"]) if private else None,
-                   "trial": trial_index, "seed": int(seed), "panel": panel.label, **dict(panel.values),
-                   **dict(program.columns), **{k: float(v) for k, v in config.items() if k != "epsilon"},
-                   "delta": _delta_field(trial.deltas),
-                   "metrics": {k: float(v[i, j]) for k, v in out.metrics.items()},
-                   "epsilon_spent": float(out.epsilons[i]), "accountant": family.accountant if private else None,
-                   "wall_seconds": seconds / (len(out.configs) * len(out.seeds)), "rounds": program.rounds,
-                   "history": history}
+                f"{k} {v:.4g}" for k, v in final.items() if isinstance(v, float)))
+            skip = {"round", "epsilon", "wall_seconds", "seed", *config}
+            row = _row(family, config, panel, trial_index, program)
+            row.update({"seed": int(seed), "delta": _delta_field(trial.deltas),
+                        "metrics": {k: float(v) for k, v in final.items()
+                                    if isinstance(v, (int, float)) and k not in skip},
+                        "epsilon_spent": float(np.max(np.atleast_1d(result.epsilon))) if result.epsilon is not None
+                        else math.inf,
+                        "wall_seconds": time.perf_counter() - t0, "rounds": program.rounds, "history": history})
             if family.describe is not None:
                 row.update(family.describe(study, panel, trial, program, row))
             rows.append(row)
@@ -388,14 +376,10 @@ def _rows_of_train(study, family, panel, trial_index, trial, program, out: Sweep
 def _computed(family: Family, panel: Panel, trial_index: int, program: Program) -> list[dict]:
     """``"compute"`` families: one row per configuration, from ``build(static, **config)``."""
     rows = []
-    for config in grid_points(program.grid) if isinstance(program.grid, dict) else program.grid:
+    for config in configurations(program.grid):
         t0 = time.perf_counter()
         result = dict(_builder(family, program.static)(**config, **program.constants))
-        private = float(config.get("epsilon", 0.0)) > 0
-        rows.append({"family": family.name, "algorithm": family.label, "private": private,
-                     "epsilon": float(config["epsilon"]) if private else None, "trial": trial_index,
-                     "panel": panel.label, **dict(panel.values), **dict(program.columns),
-                     **{k: v for k, v in config.items() if k != "epsilon"}, "accountant": family.accountant,
+        rows.append({**_row(family, config, panel, trial_index, program), "accountant": family.accountant,
                      "wall_seconds": time.perf_counter() - t0, **result})
     return rows
 
@@ -442,9 +426,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                         panel_rows += _computed(family, panel, t, program)
                         continue
                     if family.runner == "train":
-                        out = _train(study, family, program, trial, seeds, out_dir, log)
-                        panel_rows += _rows_of_train(study, family, panel, t, trial, program, out,
-                                                     time.perf_counter() - t1)
+                        panel_rows += _trained(study, family, panel, t, trial, program, seeds, out_dir, log)
                         continue
                     out = _sweep(study, family, program, trial, seeds)
                     seconds = time.perf_counter() - t1

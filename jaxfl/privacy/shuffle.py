@@ -72,6 +72,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from jaxfl import checks
+
 _INT32_LIMIT = 2**31 - 1
 _FLOAT32_EXACT = 2**24
 
@@ -349,12 +351,6 @@ def _certified_epsilon(m: int, g: int, p: float, dim: int, delta: float) -> floa
     return best
 
 
-def _check_delta(delta):
-    if not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    return float(delta)
-
-
 def shuffled_epsilon(params: ShuffleParams, num_users: int, dim: int, delta: float) -> float:
     """Central (shuffled) epsilon that P_vec with ``params`` certifies at ``delta``.
 
@@ -367,7 +363,7 @@ def shuffled_epsilon(params: ShuffleParams, num_users: int, dim: int, delta: flo
     g, b, p = _check_params(params)
     num_users = _positive_int("num_users", num_users)
     dim = _positive_int("dim", dim)
-    delta = _check_delta(delta)
+    delta = checks.delta("delta", delta, scalar=True)
     return _certified_epsilon(b * num_users, g, p, dim, delta)
 
 
@@ -383,7 +379,7 @@ def local_epsilon(params: ShuffleParams, dim: int, delta: float, reports_per_sil
     """
     g, b, p = _check_params(params)
     dim = _positive_int("dim", dim)
-    delta = _check_delta(delta)
+    delta = checks.delta("delta", delta, scalar=True)
     reports_per_silo = _positive_int("reports_per_silo", reports_per_silo)
     return _certified_epsilon(b * reports_per_silo, g, p, dim, delta)
 
@@ -417,7 +413,7 @@ def pvec_parameters(epsilon: float, delta: float, num_users: int, dim: int, *,
     """
     if not isinstance(epsilon, (int, float)) or not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    delta = _check_delta(delta)
+    delta = checks.delta("delta", delta, scalar=True)
     num_users = _positive_int("num_users", num_users)
     dim = _positive_int("dim", dim)
     if granularity is None:
@@ -475,7 +471,7 @@ def amplify_by_shuffling(epsilon_local: float, delta_local: float, num_reports: 
         raise ValueError(f"epsilon_local must be finite and >= 0, got {epsilon_local!r}")
     delta_local = _probability("delta_local", delta_local, low_open=False)
     n = _positive_int("num_reports", num_reports)
-    delta = _check_delta(delta)
+    delta = checks.delta("delta", delta, scalar=True)
     eps0 = float(epsilon_local)
     ratio = n / (16.0 * math.log(4.0 / delta))
     if ratio <= 1.0 or eps0 > math.log(ratio):
