@@ -10,10 +10,11 @@ FedProx-SPIDER per q in {1, 2} (R = 25) / {1..4} (R = 50) and Alt Fed-SPIDER ove
   :func:`jaxfl.engine.sweep` caches, as :func:`jaxfl.experiments.study.run` runs them): one
   compiled program per (algorithm, M, R, q) serves every trial (M is static: one compilation per
   panel); each call runs ``configs_per_batch`` configs x reps. Timed: AOT compilation of each program,
-  and ``--timed-batches`` steady-state calls; extrapolated to the grid's number of calls.
+  and ``--timed-calls`` (default 3) steady-state calls, interleaved with the single runs below; the
+  median is extrapolated to the grid's number of calls, the spread (min, max) reported.
 * **one run at a time**: the same algorithm, one ``jax.jit``-compiled run (hyperparameters as
   arguments, so it compiles once per (algorithm, M, R, q) -- the kind a user's Python loop over the grid
-  would call), called once per run. Timed: its compilation and ``--timed-runs`` calls; extrapolated.
+  would call), called once per run. Timed: its compilation and ``--timed-calls`` runs; extrapolated.
 * **Check**: the single-run program and the vmapped program give the same final parameters for the same
   (config, seed).
 
@@ -81,18 +82,18 @@ def bench_program(study, family, program, trial, args) -> dict:
     t0 = time.perf_counter()
     compiled = grid.lower(*args_).compile()
     compile_s = time.perf_counter() - t0
-    calls = []
-    for _ in range(args.timed_batches):
-        t0 = time.perf_counter()
-        out = block(compiled(*args_))
-        calls.append(time.perf_counter() - t0)
     single = single_run_program(build, int(program.rounds))
     hp0 = {k: v[0] for k, v in part.items() if k != "__config__"}
     t0 = time.perf_counter()
     single_c = single.lower(hp0, seeds[0], trial.train, params, constants).compile()
     single_compile_s = time.perf_counter() - t0
-    runs = []
-    for i in range(args.timed_runs):
+    # Interleaved: each repetition times one vmapped call and then one single run, so a change in the
+    # machine's load during the row affects both sides alike.
+    calls, runs = [], []
+    for i in range(args.timed_calls):
+        t0 = time.perf_counter()
+        out = block(compiled(*args_))
+        calls.append(time.perf_counter() - t0)
         hp = {k: v[i % per_call] for k, v in part.items() if k != "__config__"}
         t0 = time.perf_counter()
         p = block(single_c(hp, seeds[0], trial.train, params, constants))
@@ -104,8 +105,9 @@ def bench_program(study, family, program, trial, args) -> dict:
     return {"family": family.name, "q": static["phase_length"], "rounds": static["rounds"],
             "batch_size_K": static["batch_size"], "configs": len(configs), "configs_per_call": per_call,
             "reps": study.reps, "compile_seconds": compile_s, "seconds_per_call": float(np.median(calls)),
-            "calls_timed": len(calls), "single_compile_seconds": single_compile_s,
-            "single_seconds_per_run": float(np.median(runs)), "single_runs_timed": len(runs),
+            "seconds_per_call_min_max": [min(calls), max(calls)], "calls_timed": len(calls),
+            "single_compile_seconds": single_compile_s, "single_seconds_per_run": float(np.median(runs)),
+            "single_seconds_per_run_min_max": [min(runs), max(runs)], "single_runs_timed": len(runs),
             "check_max_abs_param_diff": diff}
 
 
@@ -114,8 +116,8 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--timed-batches", type=int, default=2)
-    parser.add_argument("--timed-runs", type=int, default=3)
+    parser.add_argument("--timed-calls", type=int, default=3,
+                        help="interleaved (vmapped call, single run) pairs timed per row (median and spread reported)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     root = Path(__file__).resolve().parent
@@ -147,9 +149,11 @@ def main():
                 row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
                 rows.append(row)
                 print(f"  R={r} {family.name}{'' if q is None else f' q={q}'}: {runs} runs; vmapped "
-                      f"{row['seconds_per_call']:.2f} s/call of {row['configs_per_call']}x{study.reps} (compile "
+                      f"{row['seconds_per_call']:.2f} s/call [{row['seconds_per_call_min_max'][0]:.2f}, "
+                      f"{row['seconds_per_call_min_max'][1]:.2f}] of {row['configs_per_call']}x{study.reps} (compile "
                       f"{row['compile_seconds']:.1f} s) -> {row['jaxfl_seconds']:.0f} s; one at a time "
-                      f"{row['single_seconds_per_run']:.3f} s/run (compile {row['single_compile_seconds']:.1f} s) -> "
+                      f"{row['single_seconds_per_run']:.3f} s/run [{row['single_seconds_per_run_min_max'][0]:.3f}, "
+                      f"{row['single_seconds_per_run_min_max'][1]:.3f}] (compile {row['single_compile_seconds']:.1f} s) -> "
                       f"{row['loop_seconds']:.0f} s; ratio {row['ratio']:.2f}; check "
                       f"{row['check_max_abs_param_diff']:.1e}", flush=True)
     jaxfl_s = sum(r["jaxfl_seconds"] for r in rows)
@@ -180,6 +184,8 @@ def main():
             f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end (2 shared cores; "
             "other processes' load slows both sides; a ratio taken under load is indicative only)",
             "both sides extrapolated from timed samples: a run's cost depends on (algorithm, R, q) only",
+            f"each row: {args.timed_calls} interleaved (vmapped call, single run) pairs; medians used, "
+            "[min, max] given as *_min_max",
             "check_max_abs_param_diff: the single-run program vs the vmapped program, same config and seed",
         ],
     }

@@ -63,8 +63,31 @@ def clip_by_global_norm(grads, clip_norm):
     return jax.tree_util.tree_map(lambda g: g * _expand(scale, g), grads), norms
 
 
-def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm) -> ClippedSum:
-    """``vmap`` of ``grad`` + per-example global-norm clipping + padding mask, summed.
+def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, method: str = "auto") -> ClippedSum:
+    """Sum of per-example clipped gradients (global L2 norm at most ``clip_norm``) over a masked batch.
+
+    Args:
+      loss_fn: per-example loss ``(params, x, y) -> scalar``.
+      x, y: a batch, ``[batch, ...]``.
+      mask: ``[batch]`` weights, 1 on real records and 0 on padding (or a record's multiplicity).
+      clip_norm: ``C``; ``inf`` for non-private training.
+      method: ``"auto"`` (default): ghost norms for the flax ``Dense`` / ``Conv`` layers that allow them
+        and ``vmap(grad)`` for every other parameter (:mod:`jaxfl.privacy.ghost`); ``"explicit"``:
+        ``vmap(grad)`` for all parameters (:func:`explicit_clipped_grad_sum`). Both give the same sum to
+        float rounding.
+    """
+    if method == "explicit":
+        return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
+    if method != "auto":
+        raise ValueError(f"clipping method must be 'auto' or 'explicit', got {method!r}")
+    from jaxfl.privacy.ghost import ghost_clipped_grad_sum  # ghost builds on this module's helpers
+
+    return ghost_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
+
+
+def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm) -> ClippedSum:
+    """``vmap`` of ``grad`` + per-example global-norm clipping + padding mask, summed
+    (:func:`clipped_grad_sum` with ``method="explicit"``).
 
     Args:
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
