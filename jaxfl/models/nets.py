@@ -115,9 +115,9 @@ class CifarCNN(nn.Module):
     def __call__(self, x):
         t = self.torch_init
         x = nn.relu(_conv(6, (5, 5), 5 * 5 * x.shape[-1], t, "conv1", self.lax_conv)(x))
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = conv.max_pool_2x2(x)
         x = nn.relu(_conv(16, (5, 5), 5 * 5 * 6, t, "conv2", self.lax_conv)(x))
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = conv.max_pool_2x2(x)
         x = x.reshape(x.shape[:-3] + (-1,))
         x = nn.relu(_dense(120, x.shape[-1], t, "fc1")(x))
         x = nn.relu(_dense(84, 120, t, "fc2")(x))
@@ -226,9 +226,9 @@ class MnistLeNet5(nn.Module):
     def __call__(self, x):
         t = self.torch_init
         x = nn.relu(_conv(32, (5, 5), 5 * 5 * x.shape[-1], t, "conv1", self.lax_conv)(x))
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = conv.max_pool_2x2(x)
         x = nn.relu(_conv(64, (5, 5), 5 * 5 * 32, t, "conv2", self.lax_conv)(x))
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = conv.max_pool_2x2(x)
         x = x.reshape(x.shape[:-3] + (-1,))
         x = nn.relu(_dense(512, x.shape[-1], t, "fc1")(x))
         return _dense(self.num_classes, 512, t, "fc2")(x)
@@ -260,10 +260,10 @@ class FemnistCNN(nn.Module):
             raise ValueError(f"unknown FemnistCNN variant {self.variant!r} (use 'paper' or 'kairouz')")
         t = self.torch_init
         x = nn.relu(_conv(32, (3, 3), 3 * 3 * x.shape[-1], t, "conv1", self.lax_conv)(x))
-        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = conv.max_pool_2x2(x)
         x = nn.relu(_conv(64, (3, 3), 3 * 3 * 32, t, "conv2", self.lax_conv)(x))
         if self.variant == "paper":
-            x = nn.max_pool(x, (2, 2), strides=(2, 2))
+            x = conv.max_pool_2x2(x)
         x = x.reshape(x.shape[:-3] + (-1,))
         x = nn.relu(_dense(128, x.shape[-1], t, "fc1")(x))
         return _dense(self.num_classes, 128, t, "fc2")(x)

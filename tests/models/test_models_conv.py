@@ -15,7 +15,11 @@ def _lax(x, w):
 
 
 @pytest.mark.parametrize("x_shape, w_shape", [((3, 9, 7, 1), (5, 5, 1, 4)), ((2, 6, 6, 3), (3, 3, 3, 5)),
-                                              ((1, 5, 8, 2), (2, 4, 2, 3))])
+                                              ((1, 5, 8, 2), (2, 4, 2, 3)),
+                                              pytest.param((2, 7, 7, conv.IM2COL_MAX_CHANNELS + 1),
+                                                           (3, 3, conv.IM2COL_MAX_CHANNELS + 1, 4),
+                                                           marks=pytest.mark.slow)],  # the models' conv2 in the fast tier
+                         ids=["c1-im2col", "c3-im2col", "c2-im2col", "shifted-contractions"])
 def test_values_and_gradients_equal_lax(x_shape, w_shape):
     kx, kw, kc = jax.random.split(jax.random.PRNGKey(0), 3)
     x, w = jax.random.normal(kx, x_shape), jax.random.normal(kw, w_shape)
@@ -63,3 +67,16 @@ def test_model_gradients_equal_flax_default_convolution(make, shape):
     ours, ref = jax.grad(loss(model))(params), jax.grad(loss(reference))(params)
     for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 13, 11, 4), pytest.param((2, 8, 6, 3), marks=pytest.mark.slow),
+                                   pytest.param((5, 5, 2), marks=pytest.mark.slow)])
+def test_max_pool_2x2_equals_flax_max_pool(shape):
+    import flax.linen as nn
+
+    x = jax.random.normal(jax.random.PRNGKey(3), shape)  # continuous values: no ties
+    flax_pool = lambda x: nn.max_pool(x, (2, 2), strides=(2, 2))
+    np.testing.assert_array_equal(conv.max_pool_2x2(x), flax_pool(x))
+    cot = jax.random.normal(jax.random.PRNGKey(4), flax_pool(x).shape)
+    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(conv.max_pool_2x2(x) * cot))(x),
+                                  jax.grad(lambda x: jnp.sum(flax_pool(x) * cot))(x))
