@@ -43,12 +43,14 @@ class FederatedData(NamedTuple):
         n = int(self.counts[i])
         return np.asarray(self.x[i, :n]), np.asarray(self.y[i, :n])
 
-    def pad_silos(self, multiple: int) -> "FederatedData":
-        """Appends empty silos (count 0) so that ``num_silos`` is a multiple of ``multiple``.
+    def pad_silos(self, multiple: int, minimum: int = 0) -> "FederatedData":
+        """Appends empty silos (count 0) so that ``num_silos`` is a multiple of ``multiple`` and at least
+        ``minimum``.
 
         Used to shard the silo axis evenly over devices; empty silos take part in no sum.
         """
-        extra = (-self.num_silos) % multiple
+        target = max(-(-self.num_silos // multiple) * multiple, -(-int(minimum) // multiple) * multiple)
+        extra = target - self.num_silos
         if extra == 0:
             return self
         pad = lambda a: jnp.concatenate([a, jnp.zeros((extra,) + a.shape[1:], a.dtype)])

@@ -165,7 +165,10 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
         ``delta`` may be per silo (e.g. ``1/n_i^2``). ``delta`` alone just reports epsilon.
       metrics_path: JSONL file appended to at every evaluation.
       checkpoint_dir: orbax checkpoints after every chunk; an existing checkpoint is resumed.
-      mesh: a ``"silos"`` mesh (see :func:`jaxfl.engine.sharding.silo_mesh`) to shard silos over.
+      mesh: a ``"silos"`` mesh (see :func:`jaxfl.engine.sharding.silo_mesh`) to shard silos over. Several
+        processes (``jax.distributed``): a mesh over all processes' devices, every process calling ``train``
+        with the same arguments; ``data`` either the same full host copy in each process or the global array
+        of :func:`jaxfl.engine.sharding.shard_local_data` (padding silos then appear in per-silo metrics).
       progress: show a progress bar.
       run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
     """
@@ -174,8 +177,11 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     if eval_every < 1 and rounds > 0:
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
     check_schedule(algorithm, rounds)
-    checks.federated_data(data)  # shapes, dtypes and finiteness, once on the host before anything compiles
-    counts_host = np.asarray(data.counts)
+    checked = data
+    if isinstance(data, FederatedData) and isinstance(data.counts, jax.Array):
+        checked = data._replace(counts=sharding.to_host(data.counts))  # gathered if data spans several processes
+    checks.federated_data(checked)  # shapes, dtypes and finiteness, once on the host before anything compiles
+    counts_host = np.asarray(checked.counts)
     ledger = make_ledger(algorithm, counts_host, accountant) if (target_epsilon is not None or delta is not None) else None
     _check_budget_args(target_epsilon, delta, ledger)
     if ledger is not None and np.ndim(delta) > 0:
@@ -225,11 +231,11 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                 if ledger is not None:
                     ledger.record(n)
                 record = {"round": r, **(run_info or {})}
-                record.update({k: float(np.mean(v)) for k, v in jax.device_get(infos).items()})
+                record.update({k: float(np.mean(v)) for k, v in sharding.to_host(infos).items()})
                 if eval_fn is not None:
                     record.update({k: float(v) for k, v in eval_fn(state.params).items()})
                 if evaluate_silos is not None:
-                    per_silo = jax.device_get(evaluate_silos(state))
+                    per_silo = sharding.to_host(evaluate_silos(state))
                     record["silos"] = {k: np.asarray(v)[:num_silos].astype(float).tolist() for k, v in per_silo.items()}
                 if ledger is not None:
                     record["epsilon"] = float(ledger.epsilon(delta))

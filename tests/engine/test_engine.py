@@ -157,6 +157,31 @@ def test_bitwise_identical_on_one_and_four_devices():
     assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.slow  # an 8-device subprocess: second tier
+def test_bitwise_identical_with_fewer_silos_than_two_per_device():
+    """7 silos on 8 devices: padded to two silos per device (one per device compiled differently)."""
+    script = textwrap.dedent("""
+        import jax, numpy as np, optax
+        from _helpers import make_silos
+        from jaxfl.algorithms import minibatch_sgd
+        from jaxfl.data.federated import from_silos
+        from jaxfl.engine import sharding, train
+        from jaxfl.models import init_linear, logistic_loss
+        data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28], seed=4))
+        mesh = sharding.silo_mesh(jax.devices())
+        assert sharding.shard_data(data, mesh).num_silos == 16
+        alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=8, clip_norm=1.0, noise_multiplier=1.1)
+        outs = [np.ravel(train(alg, data, init_linear(5), rounds=6, key=7, mesh=m, progress=False).state.params["w"])
+                for m in (None, mesh)]
+        assert np.array_equal(outs[0], outs[1]), outs
+        print("BITWISE-OK")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
+
+
 def test_per_silo_noise_multipliers():
     data = from_silos(make_silos([30, 12, 25], seed=2))
     build = lambda z: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=8, clip_norm=1.0,
