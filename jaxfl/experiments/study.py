@@ -16,7 +16,10 @@ the paper's settings only; this module holds every loop::
             select per epsilon       Study.select: the smallest mean score over seeds (e.g. train loss)
         Study.combine                best-of rows across families (e.g. "ISRL-DP SPIDER")
 
-Programs are cached by (family, static): every trial reuses the compiled grid of the first.
+Programs are cached by (family, static): every trial reuses the compiled grid of the first. With an
+output directory, each finished grid is stored under ``out_dir/parts/`` and reused when the same form,
+program and seeds run again, so a study longer than one sitting is run in parts: stop it (or let a time
+limit stop it) and run the same command again to continue where it stopped.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import dataclasses
 import functools
 import json
 import math
+import pickle
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -331,6 +335,36 @@ def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: 
                  constants=program.constants)
 
 
+def _fingerprint(study: Study, family: Family, program: Program, seeds: list) -> str:
+    """What a stored part must have been run with to be reused: the form, family, program and seeds."""
+    host = lambda v: np.asarray(v).tolist() if not callable(v) else getattr(v, "__qualname__", repr(v))
+    return repr((study.name, study.form, family.name, sorted((k, host(v)) for k, v in program.static),
+                 sorted((k, host(v)) for k, v in dict(program.grid).items()),
+                 sorted((k, host(v)) for k, v in dict(program.constants).items()), int(program.rounds),
+                 [int(s) for s in seeds], study.configs_per_batch, jax.__version__))
+
+
+def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,
+                  part: Path | None) -> tuple[SweepResult, float, bool]:
+    """:func:`_sweep`, its seconds and whether it was reused: kept in ``part`` (a pickle of host arrays)
+    and reused from it when the same form, program and seeds were run before, so a long study stopped
+    mid-way resumes at its next part. ``part=None`` (no output directory): always run."""
+    fingerprint = _fingerprint(study, family, program, seeds) if part is not None else None
+    if part is not None and part.exists():
+        stored = pickle.loads(part.read_bytes())
+        if stored["fingerprint"] == fingerprint:
+            return SweepResult(*stored["result"]), stored["seconds"], True
+    start = time.perf_counter()
+    out = jax.device_get(_sweep(study, family, program, trial, seeds))
+    seconds = time.perf_counter() - start
+    if part is not None:
+        part.parent.mkdir(parents=True, exist_ok=True)
+        partial = part.with_suffix(".tmp")
+        partial.write_bytes(pickle.dumps({"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds}))
+        partial.replace(part)  # atomic: a part is either whole or absent
+    return out, seconds, False
+
+
 def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,
              seeds: list, out_dir: Path | None, log) -> list[dict]:
     """``"train"`` families: each configuration and seed as one :func:`driver.train` run (checkpointed and
@@ -420,19 +454,20 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
             best: dict = {}
             panel_rows = []
             for family in study.families:
-                for program in family.programs(study, panel, trial):
-                    t1 = time.perf_counter()
+                for j, program in enumerate(family.programs(study, panel, trial)):
                     if family.runner == "compute":
                         panel_rows += _computed(family, panel, t, program)
                         continue
                     if family.runner == "train":
                         panel_rows += _trained(study, family, panel, t, trial, program, seeds, out_dir, log)
                         continue
-                    out = _sweep(study, family, program, trial, seeds)
-                    seconds = time.perf_counter() - t1
+                    name = f"trial{t}-panel{p}-{family.name}-{j}.pkl"
+                    part = None if out_dir is None else Path(out_dir) / "parts" / name
+                    out, seconds, reused = _stored_sweep(study, family, program, trial, seeds, part)
                     shown = {k: v for k, v in program.static if not callable(v)}
                     log(f"   {panel.label} {family.name} {shown}: "
-                        f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s")
+                        f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s"
+                        + (" (stored part, reused)" if reused else ""))
                     for row in _select(study, family, panel, t, trial, program, out, seconds):
                         key = (family.name, row["epsilon"])
                         if key not in best or row["score"] < best[key]["score"]:

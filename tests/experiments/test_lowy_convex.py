@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import json
 import math
+import shutil
 from types import SimpleNamespace
 
 import jax
@@ -375,3 +376,21 @@ def test_study_grid_matches_engine_sweep(small_data):
         else:
             assert math.isinf(row["epsilon_spent"]) and row["accountant"] is None
         assert row["diverged_configs"] == int(np.sum(~np.isfinite(loss[same])))
+
+
+def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results, monkeypatch, tmp_path):
+    """A study stopped mid-way resumes from out_dir/parts: re-running the finished smoke form runs no grid."""
+    from jaxfl.experiments import study as study_lib
+
+    directory, first = quick_results[SMOKE]
+    again = tmp_path / "again"
+    shutil.copytree(directory / "parts", again / "parts")
+    (again / "parts" / sorted(p.name for p in (again / "parts").iterdir())[-1]).unlink()  # as if stopped there
+    ran = []
+    real = study_lib._sweep
+    monkeypatch.setattr(study_lib, "_sweep", lambda *a, **k: ran.append(1) or real(*a, **k))
+    assert main(["reproduce", SMOKE, "--quick", "--out", str(again)]) == 0
+    assert len(ran) == 1  # only the missing part was run
+    second = json.loads((again / "results.json").read_text())
+    strip = lambda run: {k: v for k, v in run.items() if "seconds" not in k}
+    assert [strip(r) for r in second["runs"]] == [strip(r) for r in first["runs"]]
