@@ -32,7 +32,9 @@ BENCHMARKS: dict[str, str] = {
     "rec_kernel": "DP-REC's fused REC encoder vs bare jax.random.normal and a materializing encoder (time, memory)",
     "scaling": "round time against silos (8..4096), model size and forced host devices (equal results); PNG plot",
     "noise_rate": "Gaussian noise draws: normals/s of JAX's key implementations vs NumPy, beside the write bandwidth",
-    "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, clients vmapped vs one at a time",
+    "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, clients vmapped vs one at a time; PyTorch baseline",
+    "clipping_vs_opacus": "DP-SGD step samples/s: jaxfl per-example clipping (vmap, ghost) vs Opacus hooks and ghost clipping",
+    "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine (no timing)",
 }
 
 

@@ -99,13 +99,23 @@ class Report:
 # results.json
 
 
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> dict:
     """Backend, device count and machine facts for results and benchmark records."""
     import jax
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "jax_version": jax.__version__, "python": platform.python_version()}
+            "cpu": cpu_model(), "cores": os.cpu_count(), "jax_version": jax.__version__, "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
 
 
 def _clean(value):

@@ -47,8 +47,10 @@ def block(root: Path, rel: str) -> str:
     text = report.summary(doc, _experiment(rel).study.report)
     env, config = doc["environment"], doc["config"]
     seconds = float(config.get("wall_seconds_total", float("nan")))
+    prng = env.get("prng_impl", "threefry2x32")
+    keys = "" if prng == "threefry2x32" else f", {prng} keys"
     return (f"{text}\n\nFrom `{rel}/results.json` ({report.form_label(config.get('form'))} form; wall time {seconds:,.0f} s on "
-            f"{env.get('cores')} cores, {env.get('backend')}, JAX {env.get('jax_version')}).\n")
+            f"{env.get('cores')} cores, {env.get('backend')}, JAX {env.get('jax_version')}{keys}).\n")
 
 
 def generate(docs_text: str, root: Path) -> str:

@@ -12,8 +12,9 @@ gradient with respect to the layer's output at those rows. Its squared norm is e
 
 whichever is cheaper, and the bias's is ``||sum_p G_i[p]||^2``. ``G`` comes from one backward pass with
 respect to zero "probes" added to every covered layer's output, so no ``[batch, *params]`` gradient is
-ever formed; the clipped sum is a second backward pass of the same forward, weighted by each example's
-clipping factor (:func:`ghost_clipped_grad_sum`).
+ever formed (a convolution's ``[batch, K, O]`` per-example kernel gradients are, when the direct form is
+cheaper); the clipped sum of a layer is then one contraction ``sum_i w_i A_i^T G_i`` with ``w_i`` each
+example's clipping factor times its mask (:func:`ghost_clipped_grad_sum`).
 
 Which layers are covered is decided per layer, at trace time, by intercepting flax module calls
 (:func:`flax.linen.intercept_methods`: the user's model code is unchanged):
@@ -26,8 +27,9 @@ Which layers are covered is decided per layer, at trace time, by intercepting fl
   substituted, the original leaves must be unused).
 
 Every other parameter (other layer types, shared or transformed weights, hand-written models) takes the
-explicit path: its per-example gradients by ``vmap(grad)``, their norms added to the ghost norms. With
-no covered layer at all :func:`ghost_clipped_grad_sum` is :func:`jaxfl.privacy.clipping.clipped_grad_sum`.
+explicit path: its per-example gradients by ``vmap(grad)``, their norms added to the ghost norms, its
+clipped sum from a weighted backward pass of the same forward. With no covered layer at all
+:func:`ghost_clipped_grad_sum` is :func:`jaxfl.privacy.clipping.explicit_clipped_grad_sum`.
 """
 from __future__ import annotations
 
