@@ -337,11 +337,18 @@ def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: 
 
 def _fingerprint(study: Study, family: Family, program: Program, seeds: list) -> str:
     """What a stored part must have been run with to be reused: the form, family, program and seeds."""
-    host = lambda v: np.asarray(v).tolist() if not callable(v) else getattr(v, "__qualname__", repr(v))
-    return repr((study.name, study.form, family.name, sorted((k, host(v)) for k, v in program.static),
-                 sorted((k, host(v)) for k, v in dict(program.grid).items()),
-                 sorted((k, host(v)) for k, v in dict(program.constants).items()), int(program.rounds),
-                 [int(s) for s in seeds], study.configs_per_batch, jax.__version__))
+    def plain(value):
+        if isinstance(value, Mapping):
+            return sorted((str(k), plain(v)) for k, v in value.items())
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if callable(value):
+            return getattr(value, "__qualname__", repr(value))
+        return np.asarray(value).tolist()
+
+    return repr((study.name, study.form, family.name, plain(dict(program.static)), plain(program.grid),
+                 plain(dict(program.constants)), int(program.rounds), [int(s) for s in seeds],
+                 study.configs_per_batch, jax.__version__))
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,

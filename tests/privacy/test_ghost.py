@@ -128,6 +128,7 @@ class _Tied(nn.Module):
         return nn.Dense(3, name="out")(jnp.tanh(shared(jnp.tanh(shared(x)[..., :5] + x))))
 
 
+@pytest.mark.slow  # ~8 s; the tied and penalised models cover the mixed path in the fast tier
 def test_uncovered_layers_take_the_explicit_path():
     module = _Mixed()
     params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 5)))
