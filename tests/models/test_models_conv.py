@@ -14,7 +14,8 @@ def _lax(x, w):
     return lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=NHWC)
 
 
-@pytest.mark.parametrize("x_shape, w_shape", [((3, 9, 7, 1), (5, 5, 1, 4)), ((2, 6, 6, 3), (3, 3, 3, 5)),
+@pytest.mark.parametrize("x_shape, w_shape", [((3, 9, 7, 1), (5, 5, 1, 4)),
+                                              pytest.param((2, 6, 6, 3), (3, 3, 3, 5), marks=pytest.mark.slow),
                                               ((1, 5, 8, 2), (2, 4, 2, 3)),
                                               pytest.param((2, 7, 7, conv.IM2COL_MAX_CHANNELS + 1),
                                                            (3, 3, conv.IM2COL_MAX_CHANNELS + 1, 4),
