@@ -56,8 +56,9 @@ def test_uncovered_convolutions_fall_back_to_lax(kwargs):
     np.testing.assert_array_equal(ours, lax.conv_general_dilated(x, w, dimension_numbers=NHWC, **kwargs))
 
 
-@pytest.mark.parametrize("make, shape", [(nets.MnistLeNet5, (28, 28, 1)), (nets.FemnistCNN, (28, 28, 1)),
-                                         (nets.CifarCNN, (32, 32, 3))])
+@pytest.mark.parametrize("make, shape", [(nets.MnistLeNet5, (28, 28, 1)),  # both kernel-gradient paths
+                                         pytest.param(nets.FemnistCNN, (28, 28, 1), marks=pytest.mark.slow),
+                                         pytest.param(nets.CifarCNN, (32, 32, 3), marks=pytest.mark.slow)])
 def test_model_gradients_equal_flax_default_convolution(make, shape):
     """The conv models route their convolutions through conv2d_valid; gradients are flax nn.Conv's (lax)."""
     model, reference = make(), make(lax_conv=True)
