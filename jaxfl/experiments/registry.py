@@ -27,7 +27,7 @@ _EXPERIMENT_MODULES = ["jaxfl.experiments.demo", "jaxfl.experiments.lowy_convex"
 
 BENCHMARKS: dict[str, str] = {
     "engine_vs_loop": "jaxfl engine vs NumPy vectorized over silos and minibatch (and the silo loop), seed 000 MNIST shape",
-    "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs the authors' NumPy loop",
+    "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs NumPy silo-vectorised and looped (and the authors' loop)",
     "lowy_nonconvex_grid": "seed 002's MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs one run at a time",
     "rec_kernel": "DP-REC's fused REC encoder vs bare jax.random.normal and a materializing encoder (time, memory)",
     "scaling": "round time against silos (8..4096), model size and forced host devices (equal results); PNG plot",
