@@ -36,7 +36,6 @@ Usage: python bench/clipping_vs_opacus.py [--repeats 3] [--batches 64 256 1024] 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import warnings
@@ -47,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.models import nets
-from jaxfl.experiments.report import cpu_model
+from jaxfl.experiments.report import cpu_model, write_benchmark
 from jaxfl.privacy.clipping import clipped_grad_sum, explicit_clipped_grad_sum
 
 MISSING_EXTRA = "needs torch and opacus: pip install -e '.[bench]'"
@@ -406,9 +405,7 @@ def main(argv=None) -> int:
         "rows": rows,
         "correctness": check,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    out = write_benchmark(record, args.out)
     print(f"wrote {out}")
     return 0
 

@@ -15,7 +15,6 @@ Usage: python bench/engine_vs_loop.py [--repeats 21] [--out bench/results/engine
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -31,6 +30,7 @@ from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import run_rounds
+from jaxfl.experiments.report import write_benchmark
 
 SILOS, RECORDS, FEATURES, BATCH, ROUNDS = 25, 1238, 50, 443, 35
 EPSILON = 1.5  # one point of the paper's grid; only sets the noise scale
@@ -241,9 +241,7 @@ def main():
                   "train_loss_numpy_silo_loop": train_loss(w_loop),
                   "train_loss_at_zero": train_loss(np.zeros(FEATURES, np.float32))},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    out = write_benchmark(record, args.out)
     for row in record["rows"]:
         print(f"{row['setting']:50s} numpy {row['numpy_seconds']*1e3:8.2f} ms   jaxfl {row['jaxfl_seconds']*1e3:8.2f} ms"
               f"   ratio {row['ratio']:7.1f}x")

@@ -28,7 +28,6 @@ python bench/local_training.py [--repeats 2] [--step-repeats 5] [--skip-rounds] 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -43,7 +42,7 @@ from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.experiments import dprec_data
-from jaxfl.experiments.report import cpu_model
+from jaxfl.experiments.report import cpu_model, write_benchmark
 from jaxfl.models import nets
 
 STEPS, BATCH, CLIENTS = 43, 20, 10
@@ -221,9 +220,7 @@ def main(argv=None) -> int:
                  "vs_pytorch: jaxfl (jitted lax.scan of 43 SGD steps) against PyTorch eager (a loop of 43 steps), "
                  "same model, batch and initial weights, interleaved, best of repeats.",
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    out = write_benchmark(record, args.out)
     print(f"wrote {out}")
     return 0
 

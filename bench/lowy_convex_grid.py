@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -73,7 +72,7 @@ from jaxfl.engine import grid_points, local, sweep
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_convex as LC
 from jaxfl.experiments import study as S
-from jaxfl.experiments.report import cpu_model
+from jaxfl.experiments.report import cpu_model, write_benchmark
 
 M = 25                 # silos per round (the M = 25 panel; N = 25)
 PANEL = S.Panel(f"M = {M}", (("silos_per_round", M),))
@@ -673,8 +672,7 @@ def main():
             % ("used" if threadpool_limits is not None else "not installed, default threads"),
         ],
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(record, indent=2) + "\n")
+    write_benchmark(record, out_path)
     print(f"\n{'':44s} {'whole grid':>13s} {'ratio':>8s} {'MB-SGD':>10s} {'ratio':>7s} {'Local SGD':>11s} {'ratio':>7s}")
     print(f"{'jaxfl (vmapped programs, compilation incl.)':44s} {jaxfl_seconds:11.1f} s {'':8s} "
           f"{jax_family['mbsgd']:8.1f} s {'':7s} {jax_family['local']:9.1f} s")

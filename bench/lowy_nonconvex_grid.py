@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -44,6 +43,7 @@ from jaxfl.engine import grid_points, initial_state, run_rounds
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_nonconvex as N
 from jaxfl.experiments import study as S
+from jaxfl.experiments.report import write_benchmark
 
 
 def table_of(program: S.Program):
@@ -189,8 +189,7 @@ def main():
             "check_max_abs_param_diff: the single-run program vs the vmapped program, same config and seed",
         ],
     }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(record, indent=2) + "\n")
+    write_benchmark(record, out_path)
     print(f"whole grid ({record['grid']['runs']} runs): vmapped {jaxfl_s / 3600:.2f} h, one at a time "
           f"{loop_s / 3600:.2f} h, ratio {record['ratio']:.2f}x -> {out_path}")
 

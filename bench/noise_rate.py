@@ -18,7 +18,6 @@ Usage: python bench/noise_rate.py [--normals 16777216] [--repeats 7] [--out benc
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxfl.experiments.report import write_benchmark
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
 
@@ -83,9 +83,7 @@ def main():
                             "seconds": write},
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    out = write_benchmark(record, args.out)
     print(f"block of {n:,} float32 normals ({nbytes / 2**20:.0f} MiB); write bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"(jitted fill)")
     for row in rows:

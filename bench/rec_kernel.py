@@ -23,13 +23,11 @@ Usage: python bench/rec_kernel.py [--sizes 10000 100000 1000000] [--bits 7] [--r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 try:
     import resource  # POSIX only
@@ -40,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
+from jaxfl.experiments.report import write_benchmark
 
 SIGMA = 0.005
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters
@@ -174,9 +173,7 @@ def main(argv=None) -> int:
                  "process; only what the run adds above the peak compilation reached, a lower bound, so "
                  "xla_bytes is the figure of record.",
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    out = write_benchmark(record, args.out)
     print(f"ratio (bare / fused, d = {rows[-1]['d']}): {record['ratio']:.2f}; wrote {out}")
     return 0
 

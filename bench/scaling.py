@@ -20,7 +20,6 @@ Usage: python bench/scaling.py [--rounds 10] [--repeats 5] [--out bench/results/
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -38,6 +37,7 @@ from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import run_rounds
 from jaxfl.models import logistic_loss
+from jaxfl.experiments.report import write_benchmark
 
 RECORDS, BATCH = 64, 16
 SILOS = (8, 32, 128, 512, 2048, 4096)
@@ -172,9 +172,7 @@ def main():
         "silos": silos, "model_size": model, "devices": devices,
         "devices_bitwise_equal": equal,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    out = write_benchmark(record, args.out)
     plot(record, Path(args.figure))
     print(f"per-silo amortisation 8 -> 4096 silos: {record['ratio']:.1f}x; devices bitwise equal: {equal}  -> {out}")
     if not equal:

@@ -100,14 +100,16 @@ class Report:
 
 
 def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The processor as ``platform`` knows it (its name where the OS reports one, else the architecture)."""
     return platform.processor() or platform.machine()
+
+
+def write_benchmark(record: dict, path) -> Path:
+    """Writes a benchmark's JSON record (ARCHITECTURE §3.6) to ``path``, creating its folder; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
 
 
 def environment() -> dict:
@@ -115,7 +117,8 @@ def environment() -> dict:
     import jax
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "cpu": cpu_model(), "cores": os.cpu_count(), "jax_version": jax.__version__, "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
+            "cpu": cpu_model(), "cores": os.cpu_count(), "jax_version": jax.__version__,
+            "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
 
 
 def _clean(value):
