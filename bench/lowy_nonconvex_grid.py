@@ -18,8 +18,9 @@ FedProx-SPIDER per q in {1, 2} (R = 25) / {1..4} (R = 50) and Alt Fed-SPIDER ove
 * **Check**: the single-run program and the vmapped program give the same final parameters for the same
   (config, seed).
 
-A run's cost depends on the algorithm, R and q only (not on epsilon, step size, clip or M: the engine
-computes every silo and weights non-participants by 0), which is what makes the extrapolation valid.
+A run's cost depends on the algorithm, M, R and q only (not on epsilon, step size or clip; the engine runs
+the clients of the M participants only), which is what makes the extrapolation valid: every (M, R) panel
+is timed.
 
 Usage: python bench/lowy_nonconvex_grid.py [--quick] [--trials 3] [--reps 2] [--out ...]
 (``--quick``: the quick form's data (40 images per digit) and R = 4, a few seconds per program; written to
@@ -69,7 +70,7 @@ def bench_program(study, family, program, trial, args) -> dict:
     """Times one family program (one q) as study.run runs it (jaxfl.engine.sweep's cached program) and
     as one jitted run at a time."""
     configs, table = table_of(program)
-    per_call = study.configs_per_batch or len(configs)
+    per_call = min(study.batch_for(family.name) or len(configs), len(configs))
     take = np.minimum(np.arange(per_call), len(configs) - 1)
     part = {k: v[take] for k, v in table.items()}
     part["__config__"] = jnp.arange(per_call)
@@ -131,24 +132,21 @@ def main():
     data_s = time.perf_counter() - t0
     print(f"load average {load_start:.2f}; data {data_s:.1f} s", flush=True)
     rows = []
-    panels_per_r = {}
     for panel in study.panels:
-        panels_per_r.setdefault(panel["rounds"], []).append(panel)
-    for r, panels in panels_per_r.items():
-        count = len(panels)
+        m, r = panel["silos_per_round"], panel["rounds"]
         for family in N.FAMILIES:
-            for program in family.programs(study, panels[0], trial):
+            for program in family.programs(study, panel, trial):
                 row = bench_program(study, family, program, trial, args)
                 q = row["q"]
-                calls = math.ceil(row["configs"] / row["configs_per_call"]) * study.trials * count
-                runs = row["configs"] * study.reps * study.trials * count
-                # one compiled program per (family, R, q, M): a grid with 2 M values per R compiles twice
-                row.update(panels=count, runs=runs,
-                           jaxfl_seconds=row["compile_seconds"] * count + row["seconds_per_call"] * calls,
-                           loop_seconds=row["single_compile_seconds"] * count + row["single_seconds_per_run"] * runs)
+                calls = math.ceil(row["configs"] / row["configs_per_call"]) * study.trials
+                runs = row["configs"] * study.reps * study.trials
+                # one compiled program per (family, M, R, q), serving every trial
+                row.update(silos_per_round=m, runs=runs,
+                           jaxfl_seconds=row["compile_seconds"] + row["seconds_per_call"] * calls,
+                           loop_seconds=row["single_compile_seconds"] + row["single_seconds_per_run"] * runs)
                 row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
                 rows.append(row)
-                print(f"  R={r} {family.name}{'' if q is None else f' q={q}'}: {runs} runs; vmapped "
+                print(f"  M={m} R={r} {family.name}{'' if q is None else f' q={q}'}: {runs} runs; vmapped "
                       f"{row['seconds_per_call']:.2f} s/call [{row['seconds_per_call_min_max'][0]:.2f}, "
                       f"{row['seconds_per_call_min_max'][1]:.2f}] of {row['configs_per_call']}x{study.reps} (compile "
                       f"{row['compile_seconds']:.1f} s) -> {row['jaxfl_seconds']:.0f} s; one at a time "
@@ -177,13 +175,14 @@ def main():
                  "panels": [[p["silos_per_round"], p["rounds"]] for p in study.panels],
                  "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
                  "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
-                 "runs": sum(r["runs"] for r in rows), "configs_per_batch": study.configs_per_batch,
+                 "runs": sum(r["runs"] for r in rows), "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
                  "form": "QUICK (tiny settings)" if args.quick else "full (the paper's MNIST grid, §6.1)"},
         "rows": rows,
         "notes": [
             f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end (2 shared cores; "
             "other processes' load slows both sides; a ratio taken under load is indicative only)",
-            "both sides extrapolated from timed samples: a run's cost depends on (algorithm, R, q) only",
+            "both sides extrapolated from timed samples: a run's cost depends on (algorithm, M, R, q) only; "
+            "every panel timed",
             f"each row: {args.timed_calls} interleaved (vmapped call, single run) pairs; medians used, "
             "[min, max] given as *_min_max",
             "check_max_abs_param_diff: the single-run program vs the vmapped program, same config and seed",

@@ -307,6 +307,7 @@ def _pair_aggregator(aggregator):
     def aggregate(messages, weights, round_key):
         return tuple(None if m is None else aggregator(m, weights, round_key) for m in messages)
 
+    aggregate.participants_only = getattr(aggregator, "participants_only", False)
     return aggregate
 
 

@@ -31,7 +31,9 @@ def all_silos() -> Participation:
 def uniform(silos_per_round: int) -> Participation:
     """``silos_per_round`` silos drawn uniformly without replacement (seed 000's ``M_r = M``).
 
-    Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records.
+    Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records. The returned
+    function's ``max_participants`` attribute (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the
+    client on the participants only.
     """
     m = int(silos_per_round)
     if m < 1:
@@ -45,6 +47,7 @@ def uniform(silos_per_round: int) -> Participation:
         _, chosen = jax.lax.top_k(u, m)
         return jnp.zeros(n, jnp.float32).at[chosen].set(1.0) * (counts > 0)
 
+    weights.max_participants = m
     return weights
 
 

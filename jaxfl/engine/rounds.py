@@ -49,6 +49,9 @@ def weighted_sum(messages, weights, round_key):
     return jax.tree_util.tree_map(in_silo_order, messages)
 
 
+weighted_sum.participants_only = True
+
+
 def participant_count_sum(messages, weights, round_key):
     """``sum_i message_i`` over participants (``weights_i > 0``) in int32, for integer messages such as
     the shuffle model's counts of one-bits, which are added, not weighted."""
@@ -57,6 +60,9 @@ def participant_count_sum(messages, weights, round_key):
     return jax.tree_util.tree_map(
         lambda m: jnp.sum(jnp.where(weights.reshape((-1,) + (1,) * (m.ndim - 1)) > 0, m, 0), axis=0,
                           dtype=jnp.int32), messages)
+
+
+participant_count_sum.participants_only = True
 
 
 def _fit_silo_axis(values, num_silos: int):
@@ -72,7 +78,7 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
                aggregator: Aggregator = weighted_sum, per_silo: Any = None,
                participation_key: Callable[[Any, jax.Array], jax.Array] | None = None,
                clients_per_pass: int | None = None, silo_state: bool = False, scheduled: bool = False,
-               active: Callable[[Any], jnp.ndarray] | None = None):
+               active: Callable[[Any], jnp.ndarray] | None = None, participants_only: bool = True):
     """Builds ``round(state, data, round_key[, inputs]) -> (state, info)``.
 
     The round draws participation weights ``w: [num_silos]``, runs ``client_fn`` on every silo under
@@ -104,6 +110,16 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
     with, e.g. a key stored in the state so that one sample of silos serves several rounds (FedProx-SVRG's
     epochs); silo keys still come from ``round_key``.
 
+    **Participants only.** When the participation fixes how many silos take part at most (its
+    ``max_participants`` attribute, e.g. ``M`` for :func:`jaxfl.engine.participation.uniform`) and the
+    aggregator adds messages in silo order with non-participants weighted 0 (its ``participants_only``
+    attribute: :func:`weighted_sum`, :func:`participant_count_sum`), the round gathers the participants (in
+    silo order, keys and per-silo values by silo id) and runs ``client_fn`` on those ``M`` only (padded with
+    weight-0 slots to :func:`jaxfl.engine.sharding.padded_silos` on a silo mesh): ``M / N`` of the client
+    work. Keys and weights are those of the all-silo round, so results equal it up to floating-point
+    rounding (XLA may contract ``a * b + c`` differently in the two programs), and are bitwise the same on
+    every device layout. ``participants_only=False`` always runs every silo.
+
     ``clients_per_pass`` (optional; needs the default ``weighted_sum`` aggregator and no ``per_silo``):
     instead of running ``client_fn`` on every silo, the participants are gathered and processed
     ``clients_per_pass`` at a time in a ``while`` loop, so a round costs about as many client runs as there
@@ -131,14 +147,18 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
             server_state, info = _server_step(server_state, summed, info_sums, jnp.sum(weights), round_key,
                                               data.counts, server_fn, inputs)
         else:
-            silo_ids = jnp.arange(data.num_silos)
-            silo_keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, silo_ids)
             values = per_silo(data.num_silos) if callable(per_silo) else per_silo
             values = jax.tree_util.tree_map(lambda v: _fit_silo_axis(v, data.num_silos), values)
-            out = jax.vmap(call)(data.x, data.y, data.counts, silo_keys, silo_ids, values, silos)
+            slots = _participant_slots(participation, aggregator) if participants_only else None
+            if slots is None:
+                silo_ids = jnp.arange(data.num_silos)
+                silo_keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, silo_ids)
+                out = jax.vmap(call)(data.x, data.y, data.counts, silo_keys, silo_ids, values, silos)
+                if silo_state:
+                    silos = _keep_participants(out[2], silos, weights)
+            else:
+                out, weights, silos = _run_participants(call, data, values, silos, round_key, weights, slots)
             messages, client_info = out[0], out[1]
-            if silo_state:
-                silos = _keep_participants(out[2], silos, weights)
             server_state, info = _finish(server_state, messages, client_info, weights, round_key, data.counts,
                                          aggregator, server_fn, inputs)
         return (SiloState(server_state, silos) if silo_state else server_state), info
@@ -163,6 +183,37 @@ def _client_call(client_fn, sent, silo_state: bool, scheduled: bool, inputs):
         return out
 
     return call
+
+
+def _participant_slots(participation, aggregator) -> int | None:
+    """How many slots the participants-only path runs (see :func:`make_round`), or None for every silo."""
+    most = getattr(participation, "max_participants", None)
+    if most is None or not getattr(aggregator, "participants_only", False):
+        return None
+    mesh = jax.sharding.get_abstract_mesh()
+    # Taken whether or not it saves work (M = N), so that the program's structure, and with it XLA's
+    # floating-point contractions, is the same on every device layout (the padded silo count varies).
+    return int(most) if mesh.empty or sharding.SILO_AXIS not in mesh.axis_names else \
+        sharding.padded_silos(int(most), mesh)
+
+
+def _run_participants(call, data, values, silos, round_key, weights, slots: int):
+    """The clients of the (at most ``slots``) participants, gathered in silo order; slots past the
+    participants repeat silo 0 with weight 0 and write no silo state. Returns ``(client outputs, slot
+    weights, silo state)``."""
+    num_silos = data.num_silos
+    ids = jnp.nonzero(weights > 0, size=slots, fill_value=0)[0]
+    valid = jnp.arange(slots) < jnp.sum(weights > 0)
+    slot_weights = jnp.where(valid, jnp.take(weights, ids), 0.0)
+    take = lambda a: sharding.constrain_silos(jnp.take(a, ids, axis=0))
+    keys = jax.vmap(keys_lib.silo_key, in_axes=(None, 0))(round_key, ids)
+    own = jax.tree_util.tree_map(take, silos)
+    out = jax.vmap(call)(take(data.x), take(data.y), take(data.counts), keys, ids,
+                         jax.tree_util.tree_map(take, values), own)
+    if silos is not None:  # rows of slots that do not take part go out of bounds and are dropped
+        rows = jnp.where(slot_weights > 0, ids, num_silos)
+        silos = jax.tree_util.tree_map(lambda s, n: s.at[rows].set(n.astype(s.dtype), mode="drop"), silos, out[2])
+    return out, slot_weights, silos
 
 
 def _keep_participants(new, old, weights):

@@ -137,6 +137,14 @@ def replicate(tree):
     return jax.lax.with_sharding_constraint(tree, P())
 
 
+def constrain_silos(tree):
+    """Lays a leading silo axis out over the ambient ``"silos"`` mesh, like the data (no-op without one)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or SILO_AXIS not in mesh.axis_names:
+        return tree
+    return jax.lax.with_sharding_constraint(tree, P(SILO_AXIS))
+
+
 def mesh_context(mesh: Mesh | None):
     """``jax.set_mesh(mesh)``, or a null context when ``mesh`` is None."""
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)

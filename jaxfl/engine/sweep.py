@@ -159,7 +159,7 @@ def run_batched(program: Callable, table: dict, seeds, configs_per_batch: int | 
     data as an argument (``*args``) so one compilation serves several datasets.
     """
     num = len(next(iter(table.values())))
-    batch = num if configs_per_batch is None else int(configs_per_batch)
+    batch = num if configs_per_batch is None else min(int(configs_per_batch), num)
     outs = []
     for lo in range(0, num, batch):
         take = np.minimum(np.arange(lo, lo + batch), num - 1)

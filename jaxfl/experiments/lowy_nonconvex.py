@@ -206,7 +206,10 @@ MNIST = register(_study(
               "steps": _steps((25, 50), *[lambda r: MNIST_GRID] * 3), "clips": (1.0, 5.0, 10.0, 100.0, 10000.0),
               "phase_lengths": ((25, (1, 2)), (50, (1, 2, 3, 4)))},   # large q needs a large K
     panels=_panels((25, 25), (12, 50), (12, 25), (25, 50)), trials=_trials(3), reps=2, seed_base=11_000_000,
-    configs_per_batch=10, notes=(MLP_NOTE,),
+    # A Local SGD call shares each step's noise across its configs (same seeds), so more configs per call
+    # amortise it, until the vmapped models outgrow the cache; the other families gain nothing from more
+    # than about 10 (docs/performance.md, lowy_nonconvex_grid)
+    configs_per_batch={"mbsgd": 10, "local": 50, "spider": 10, "alt": 10}, notes=(MLP_NOTE,),
     quick={"trials": 1, "reps": 1, "panels": _panels((25, 4)), "configs_per_batch": None,
            "settings": {"epsilons": (0.75, 12.0), "clips": (1.0, 10.0), "phase_lengths": ((4, (2,)),),
                         "steps": _steps((4,), lambda r: exp_grid(-2.25, 0, 2), lambda r: exp_grid(-4.5, -2.25, 2),

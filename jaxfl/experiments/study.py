@@ -168,7 +168,8 @@ class Study:
         metrics (e.g. the error of the seed-averaged model); the overridden means stay as ``<m>_seed_mean``.
       quick, variants: field overrides making the quick form and each named variant (``settings`` and
         ``config`` overrides are merged into the base values).
-      configs_per_batch: grid points per compiled call (bounds memory).
+      configs_per_batch: grid points per compiled call (bounds memory; None: the whole grid), or a mapping
+        from family name to that number (families not named: the whole grid); see :meth:`batch_for`.
       eval_every: train runs: rounds between evaluations (and checkpoints).
       form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
     """
@@ -192,12 +193,18 @@ class Study:
     final: Callable | None = None
     quick: Mapping = dataclasses.field(default_factory=dict)
     variants: Mapping = dataclasses.field(default_factory=dict)
-    configs_per_batch: int | None = None
+    configs_per_batch: int | Mapping[str, int | None] | None = None
     eval_every: int | None = None
     form: str = "full"
 
     def __getitem__(self, name):
         return self.settings[name]
+
+    def batch_for(self, family: str) -> int | None:
+        """Grid points per compiled call for ``family``'s programs (None: the whole grid in one call)."""
+        if isinstance(self.configs_per_batch, Mapping):
+            return self.configs_per_batch.get(family)
+        return self.configs_per_batch
 
     @property
     def is_quick(self) -> bool:
@@ -330,7 +337,7 @@ def _delta_field(deltas):
 def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list) -> SweepResult:
     return sweep(_builder(family, program.static), program.grid, trial.train, study.init(study.init_seed),
                  rounds=program.rounds, seeds=seeds, evaluate=study.evaluate, eval_data=trial.eval_data,
-                 configs_per_batch=study.configs_per_batch,
+                 configs_per_batch=study.batch_for(family.name),
                  delta=None if family.accountant is None else trial.deltas, accountant=family.accountant or "rdp",
                  constants=program.constants)
 
@@ -348,7 +355,7 @@ def _fingerprint(study: Study, family: Family, program: Program, seeds: list) ->
 
     return repr((study.name, study.form, family.name, plain(dict(program.static)), plain(program.grid),
                  plain(dict(program.constants)), int(program.rounds), [int(s) for s in seeds],
-                 study.configs_per_batch, jax.__version__))
+                 study.batch_for(family.name), jax.__version__))
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,

@@ -1,5 +1,5 @@
 """Privacy primitives: keyed randomness, per-example clipping, Gaussian noise, optax transforms."""
-from jaxfl.privacy import ghost, keys, shuffle
+from jaxfl.privacy import ghost, keys, normal, shuffle
 from jaxfl.privacy.clipping import (ClippedSum, clip_by_global_norm, clip_update, clipped_grad_sum,
                                     explicit_clipped_grad_sum, per_example_grads)
 from jaxfl.privacy.keys import SERVER, Purpose
@@ -8,6 +8,6 @@ from jaxfl.privacy.transforms import differentially_private_aggregate, gaussian_
 
 __all__ = [
     "keys", "Purpose", "SERVER", "ClippedSum", "clip_by_global_norm", "clip_update", "clipped_grad_sum",
-    "explicit_clipped_grad_sum", "ghost",    "per_example_grads", "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
+    "explicit_clipped_grad_sum", "ghost", "normal", "per_example_grads", "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
     "differentially_private_aggregate", "gaussian_noise", "shuffle",
 ]

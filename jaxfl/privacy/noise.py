@@ -4,16 +4,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxfl.privacy.normal import standard_normal
+
 
 def gaussian_like(key: jax.Array, tree, std):
     """A pytree shaped like ``tree`` of i.i.d. ``N(0, std^2)`` draws.
 
-    Leaf ``i`` uses ``fold_in(key, i)``, so adding a parameter never changes the noise of another.
+    Leaf ``i`` uses ``fold_in(key, i)``, so adding a parameter never changes the noise of another; its
+    samples come from :func:`jaxfl.privacy.normal.standard_normal` (two samples per threefry call).
     ``std`` may be traced; ``std = 0`` gives exact zeros.
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     noisy = [
-        std * jax.random.normal(jax.random.fold_in(key, i), jnp.shape(leaf), jnp.result_type(leaf))
+        std * standard_normal(jax.random.fold_in(key, i), jnp.shape(leaf), jnp.result_type(leaf))
         for i, leaf in enumerate(leaves)
     ]
     return jax.tree_util.tree_unflatten(treedef, noisy)

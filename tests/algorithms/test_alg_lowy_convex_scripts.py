@@ -14,6 +14,7 @@ from jaxfl.data.federated import from_silos
 from jaxfl.engine import train
 from jaxfl.models import init_linear, logistic_loss
 from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy.normal import standard_normal
 
 
 def _quadratic(p, x, y):
@@ -217,7 +218,7 @@ def test_central_noise_key_is_the_servers_noise_key():
                    clip_norm=c, batch_size=k, silos_per_round=2)
     w1 = _rounds(alg, data, {"w": jnp.zeros(dim)}, 1, key=4)[0].params["w"]
     key = keys_lib.derive(keys_lib.as_key(4), round=0, silo=keys_lib.SERVER, step=0, purpose=keys_lib.Purpose.NOISE)
-    expected = -(z * c / k) * jax.random.normal(jax.random.fold_in(key, 0), (dim,))  # leaf 0 of gaussian_like
+    expected = -(z * c / k) * standard_normal(jax.random.fold_in(key, 0), (dim,))  # leaf 0 of gaussian_like
     np.testing.assert_allclose(w1, expected, rtol=1e-6, atol=1e-7)
 
 

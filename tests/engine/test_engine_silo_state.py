@@ -131,7 +131,8 @@ def test_silo_eval_reports_one_value_per_silo(tmp_path, small_data):
 @pytest.mark.slow  # a 4-device subprocess, ~20-40 s: second tier
 def test_silo_state_bitwise_identical_on_one_and_four_devices():
     """Stateful silos (momentum, SCAFFOLD's control variates, personalised heads with ISRL-DP noise), with
-    and without clients_per_pass: the same model, silo state and per-silo metrics on no mesh, 1 and 4 devices."""
+    and without clients_per_pass, every silo or participants only: the same model, silo state and per-silo
+    metrics on no mesh, 1 and 4 devices."""
     script = textwrap.dedent("""
         import jax, numpy as np, optax
         from _helpers import make_silos
@@ -146,19 +147,26 @@ def test_silo_state_bitwise_identical_on_one_and_four_devices():
             scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, silos_per_round=4),
             personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
                          local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=5)]
-        for alg in algs:
+        # 20 silos, 3 per round: participants only (3 slots, 8 = two per device on 4 devices)
+        many = from_silos(make_silos([12, 20, 15, 9, 18] * 4, seed=5))
+        few = [momentum_sgd(silos_per_round=3)[0],
+               scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, silos_per_round=3),
+               personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
+                            local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=3)]
+        for data, alg in [(data, a) for a in algs] + [(many, a) for a in few]:
             outs = []
+            num = data.num_silos
             for mesh in [None, sharding.silo_mesh(jax.devices()[:1]), sharding.silo_mesh(jax.devices())]:
                 res = train(alg, data, init_linear(5), rounds=6, key=7, eval_every=3, mesh=mesh, progress=False,
                             silo_eval_fn=lambda p, i: {"w0": p["w"][0] + i})
                 if mesh is not None and mesh.size == 4:
                     spec = jax.tree_util.tree_leaves(res.state.silos)[0].sharding.spec
                     assert tuple(spec)[:1] == ("silos",), spec
-                silos = jax.tree_util.tree_map(lambda a: np.asarray(a)[:7], res.state.silos)
+                silos = jax.tree_util.tree_map(lambda a: np.asarray(a)[:num], res.state.silos)
                 outs.append(np.concatenate([np.ravel(l) for l in jax.tree_util.tree_leaves((res.state.params, silos))]
                                            + [np.asarray(res.history[-1]["silos"]["w0"])]))
-            assert all(np.array_equal(outs[0], o) for o in outs[1:]), (alg.name, outs)
-            assert len(res.history[-1]["silos"]["w0"]) == 7
+            assert all(np.array_equal(outs[0], o) for o in outs[1:]), (alg.name, num, outs)
+            assert len(res.history[-1]["silos"]["w0"]) == num
         print("BITWISE-OK")
     """)
     paths = [REPO / "tests", REPO / "tests" / "engine", REPO]
