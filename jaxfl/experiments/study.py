@@ -317,7 +317,8 @@ def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial:
                     else math.inf,
                     "wall_seconds": seconds / len(groups),
                     "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},
-                    "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)})
+                    "params": None if out.params is None else
+                    jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)})
         if study.final is not None:
             for name, value in study.final(row["params"], trial, study).items():
                 if name in metrics:
@@ -366,10 +367,11 @@ def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, 
     fingerprint = _fingerprint(study, family, program, seeds) if part is not None else None
     if part is not None and part.exists():
         stored = pickle.loads(part.read_bytes())
-        if stored["fingerprint"] == fingerprint:
-            return SweepResult(*stored["result"]), stored["seconds"], True
+        result = SweepResult(*stored["result"])
+        if stored["fingerprint"] == fingerprint and (result.params is not None or study.final is None):
+            return _without_unused_params(study, result), stored["seconds"], True
     start = time.perf_counter()
-    out = jax.device_get(_sweep(study, family, program, trial, seeds))
+    out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds)))
     seconds = time.perf_counter() - start
     if part is not None:
         part.parent.mkdir(parents=True, exist_ok=True)
@@ -377,6 +379,13 @@ def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, 
         partial.write_bytes(pickle.dumps({"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds}))
         partial.replace(part)  # atomic: a part is either whole or absent
     return out, seconds, False
+
+
+def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
+    """``out`` without its final parameters when the study does not use them (no ``final``): a stored part
+    then holds metrics, infos and epsilons only (~0.1 MB instead of ~5 MB for seed 002's MNIST grids, small
+    enough to commit a long study's finished parts and resume it in a later sitting)."""
+    return out if study.final is not None else out._replace(params=None)
 
 
 def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,

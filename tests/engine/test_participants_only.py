@@ -52,7 +52,7 @@ def _run(alg, rounds=6, data=DATA):
     return jax.jit(lambda s, d: run_rounds(alg, s, d, jax.random.key(3), 0, rounds))(state, data)
 
 
-FAST = ("minibatch_sgd", "local_sgd", "scaffold")
+FAST = ("local_sgd",)
 
 
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(BUILDERS)])

@@ -366,7 +366,7 @@ def test_study_grid_matches_engine_sweep(small_data):
         same = [i for i, c in enumerate(ref.configs) if c["epsilon"] == eps]
         best = same[int(np.argmin(loss[same]))]                 # the selection: smallest mean training loss
         assert (row["step_size"], row["clip_norm"]) == (ref.configs[best]["step_size"], ref.configs[best]["clip_norm"])
-        np.testing.assert_allclose(row["params"]["w"], ref.params["w"][best], rtol=1e-5, atol=1e-6)
+        assert row["params"] is None and study.final is None  # no final: rows and stored parts keep no params
         for metric in ("train_loss", "test_error"):
             np.testing.assert_allclose(row["per_seed"][metric], ref.metrics[metric][best], rtol=1e-5)
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), row["infos"],

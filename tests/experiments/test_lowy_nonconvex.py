@@ -285,3 +285,24 @@ def test_paired_difference_is_over_trials_of_the_same_panel_and_epsilon():
     rows2 = [dict(r, metrics={"test_error": 0.0, "train_loss": r["metrics"]["test_error"]}) for r in rows]
     assert paired_difference({"runs": rows2}, "M = 25, R = 25", 3.0, N.SPIDER, N.MB,
                              "train_loss")["mean"] == pytest.approx(p["mean"])
+
+
+def test_stored_parts_hold_no_params_when_the_study_does_not_use_them(quick_results):
+    """Seed 002's studies select on metrics and have no ``final``: a stored part keeps metrics, infos and
+    epsilons only, small enough to commit a long study's finished parts."""
+    import pickle
+
+    from jaxfl.engine.sweep import SweepResult
+
+    directory, _ = quick_results[SMOKE]
+    parts = sorted((directory / "parts").iterdir())
+    assert parts and N.WBCD.final is None
+    for path in parts:
+        stored = SweepResult(*pickle.loads(path.read_bytes())["result"])
+        assert stored.params is None and set(stored.metrics) == {"train_loss", "test_error"}
+
+
+def test_mnist_runs_local_sgd_more_configs_per_call():
+    assert N.MNIST.batch_for("local") == 50 and N.MNIST.batch_for("alt") == 10
+    assert N.MNIST.form_of(True).batch_for("local") is None  # the quick form: the whole grid per call
+    assert N.WBCD.batch_for("local") == 120
