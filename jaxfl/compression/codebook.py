@@ -8,7 +8,7 @@ Entry ``(k, j)`` of block ``m``'s codebook under the client's seed ``R`` is a pu
     u = float32 in [0, 1) from the top 23 bits;  z = sqrt(2) * erfinv(max(2u - 1, -1 + ulp))
 
 (:mod:`jaxfl.privacy.normal`'s generator, row ``k``; one threefry call gives the two entries ``2p`` and
-``2p + 1`` of a row), so any tiling of ``(k, j)``
+``2p + 1`` of a row; streamed scoring calls :func:`jaxfl.privacy.normal.normal_pairs` on tiles), so any tiling of ``(k, j)``
 into even-aligned tiles produces bit-identical values, the decoder regenerates row ``k*`` alone in
 O(block size) (the paper's Alg. 2/4 "draw the first k* samples" gives the same sample for a
 counter-based generator), and the values do not depend on JAX's ``jax_threefry_partitionable`` flag
@@ -34,12 +34,6 @@ def block_key(seed, block) -> jnp.ndarray:
     return jax.random.key_data(jax.random.fold_in(seed_key(seed), block))
 
 
-def normal_pairs(key: jnp.ndarray, rows, pairs) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Codebook entries ``(z[k, 2p], z[k, 2p + 1])`` for broadcastable ``rows`` (k) and ``pairs`` (p)
-    (:func:`jaxfl.privacy.normal.normal_pairs` under the block's key ``key``, from :func:`block_key`)."""
-    return normal.normal_pairs(key, rows, pairs)
-
-
 def codebook_row(key: jnp.ndarray, row, size: int) -> jnp.ndarray:
     """Row ``row`` (int, may be traced) of a block's codebook: float32[size], O(size) work and memory."""
     return normal.normal_row(key, row, size)
@@ -47,6 +41,4 @@ def codebook_row(key: jnp.ndarray, row, size: int) -> jnp.ndarray:
 
 def codebook(key: jnp.ndarray, num_rows: int, size: int) -> jnp.ndarray:
     """The whole ``float32[num_rows, size]`` codebook of a block, materialized (reference and tests only)."""
-    even, odd = normal_pairs(key, jnp.arange(num_rows, dtype=jnp.uint32)[:, None],
-                             jnp.arange(-(-size // 2), dtype=jnp.uint32)[None, :])
-    return jnp.stack([even, odd], axis=-1).reshape(num_rows, -1)[:, :size]
+    return jax.vmap(lambda row: normal.normal_row(key, row, size))(jnp.arange(num_rows, dtype=jnp.uint32))

@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 from jaxfl.compression import codebook as cb
+from jaxfl.privacy import normal
 
 #: Codebook entries generated per tile of the fused kernel (K x tile). Small enough that the kernel's
 #: temporaries stay near 1 MiB whatever the block size (bench/rec_kernel.py measures it).
@@ -153,7 +154,7 @@ def _block_scores(key: jnp.ndarray, mu: jnp.ndarray, rows: int) -> jnp.ndarray:
     def tile_scores(first_pair, mu_tile):
         """Scores of one even-length tile starting at pair ``first_pair``."""
         pairs = mu_tile.reshape(-1, 2)
-        even, odd = cb.normal_pairs(key, row_ids, (first_pair + jnp.arange(pairs.shape[0], dtype=jnp.uint32))[None, :])
+        even, odd = normal.normal_pairs(key, row_ids, (first_pair + jnp.arange(pairs.shape[0], dtype=jnp.uint32))[None, :])
         return jnp.sum(even * pairs[None, :, 0] + odd * pairs[None, :, 1], axis=1)
 
     def body(acc, t):

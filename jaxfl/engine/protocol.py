@@ -8,8 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfl.data.federated import FederatedData
-
 Params = Any
 State = Any
 RoundInfo = dict

@@ -190,11 +190,10 @@ def _participant_slots(participation, aggregator) -> int | None:
     most = getattr(participation, "max_participants", None)
     if most is None or not getattr(aggregator, "participants_only", False):
         return None
-    mesh = jax.sharding.get_abstract_mesh()
+    mesh = sharding.ambient_silo_mesh()
     # Taken whether or not it saves work (M = N), so that the program's structure, and with it XLA's
     # floating-point contractions, is the same on every device layout (the padded silo count varies).
-    return int(most) if mesh.empty or sharding.SILO_AXIS not in mesh.axis_names else \
-        sharding.padded_silos(int(most), mesh)
+    return int(most) if mesh is None else sharding.padded_silos(int(most), mesh)
 
 
 def _run_participants(call, data, values, silos, round_key, weights, slots: int):

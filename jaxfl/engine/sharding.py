@@ -125,24 +125,24 @@ def shard_silo_state(state, mesh: Mesh):
     return state._replace(silos=jax.tree_util.tree_map(lambda a: jax.device_put(a, sharding), state.silos))
 
 
+def ambient_silo_mesh():
+    """The ambient (``jax.set_mesh``) mesh if it has a ``"silos"`` axis, else None."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty or SILO_AXIS not in mesh.axis_names else mesh
+
+
 def replicate(tree):
     """Replicates per-silo values over the ambient ``"silos"`` mesh (no-op without one).
 
     Sums over silos then run on one full copy in one fixed order rather than as partial sums plus
     an all-reduce, so results do not depend on how silos are laid out over devices.
     """
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or SILO_AXIS not in mesh.axis_names:
-        return tree
-    return jax.lax.with_sharding_constraint(tree, P())
+    return tree if ambient_silo_mesh() is None else jax.lax.with_sharding_constraint(tree, P())
 
 
 def constrain_silos(tree):
     """Lays a leading silo axis out over the ambient ``"silos"`` mesh, like the data (no-op without one)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or SILO_AXIS not in mesh.axis_names:
-        return tree
-    return jax.lax.with_sharding_constraint(tree, P(SILO_AXIS))
+    return tree if ambient_silo_mesh() is None else jax.lax.with_sharding_constraint(tree, P(SILO_AXIS))
 
 
 def mesh_context(mesh: Mesh | None):

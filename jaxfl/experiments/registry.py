@@ -56,7 +56,9 @@ def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print
     outcome = study_lib.run(form, Path(out_dir), log)
     path = report.write(outcome, out_dir)
     log((Path(out_dir) / "summary.md").read_text())
-    log(f"wall time {outcome.seconds:.1f} s ({form.form} form)")
+    resumed = (f"; {outcome.parts_seconds:.1f} s over its grid programs, {outcome.parts_reused} of them from stored "
+               "parts" if outcome.parts_reused else "")
+    log(f"wall time {outcome.seconds:.1f} s ({form.form} form{resumed})")
     return path
 
 

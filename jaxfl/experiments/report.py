@@ -182,7 +182,8 @@ def document(outcome) -> dict:
     config = {k: v(study) if callable(v) else v for k, v in study.config.items()}
     doc = {"experiment": study.name, "jaxfl_version": __version__,
            "config": {**study_config(study), **config, "per_trial": outcome.per_trial,
-                      "wall_seconds_total": outcome.seconds},
+                      "wall_seconds_total": outcome.seconds, "parts_seconds_total": outcome.parts_seconds,
+                      "parts_reused": outcome.parts_reused},
            "runs": [record(r) for r in outcome.rows], "environment": environment()}
     return _clean(doc)
 
@@ -265,18 +266,43 @@ def _fmt_eps(e: float) -> str:
 
 def paired_difference(doc: dict, panel: str, eps, a: str, b: str, metric: str = "test_error") -> dict:
     """``a``'s metric minus ``b``'s at ``eps``, paired by trial (same data split): ``{"mean", "se",
-    "trials", "verdict"}``; ``verdict`` is ``"lower"`` / ``"higher"`` where ``mean -/+ 2 se`` excludes 0,
-    else ``"tie"`` (always for one trial)."""
+    "trials", "verdict", "base"}``; ``verdict`` is ``"lower"`` / ``"higher"`` where ``mean -/+ 2 se``
+    excludes 0, else ``"tie"`` (always for one trial); ``base`` is ``b``'s mean over the paired trials."""
     err = {alg: {r["trial"]: _metric(r, metric) for r in doc["runs"]
                  if r.get("panel", "") == panel and r["algorithm"] == alg and r["epsilon"] == eps} for alg in (a, b)}
     trials = sorted(set(err[a]) & set(err[b]))
     d = np.array([err[a][t] - err[b][t] for t in trials], np.float64)
     if d.size == 0:
-        return {"mean": math.nan, "se": math.nan, "trials": 0, "verdict": "tie"}
+        return {"mean": math.nan, "se": math.nan, "trials": 0, "verdict": "tie", "base": math.nan}
     se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else math.nan
     mean = float(d.mean())
     verdict = "tie" if not math.isfinite(se) or abs(mean) <= 2 * se else ("lower" if mean < 0 else "higher")
-    return {"mean": mean, "se": se, "trials": int(d.size), "verdict": verdict}
+    return {"mean": mean, "se": se, "trials": int(d.size), "verdict": verdict,
+            "base": float(np.mean([err[b][t] for t in trials]))}
+
+
+def paired_overview(doc: dict, report: Report) -> str:
+    """The table's ``paired`` comparisons over every (panel, epsilon) cell (markdown): how many cells
+    each verdict of :func:`paired_difference` has, and ``b``'s mean improvement by ``a`` -- absolute
+    (``b - a``, in the metric's units) and relative (``(b - a) / b``) -- averaged over the cells."""
+    t = report.table
+    lines = [f"Over all {len(_panels(doc))} panel(s) x epsilons: verdicts of the paired differences above, and the "
+             f"mean improvement (the second minus the first, so positive = the first is better) averaged over "
+             f"the cells", "",
+             "| comparison | cells | lower | tie | higher | mean improvement (absolute) | mean improvement (relative) |",
+             "|---|---|---|---|---|---|---|"]
+    for title, a, b in t.paired:
+        diffs = [paired_difference(doc, panel, eps, a, b, t.metric) for panel in _panels(doc)
+                 for eps in _epsilons(doc, panel)]
+        diffs = [p for p in diffs if p["trials"]]
+        if not diffs:
+            continue
+        counts = {v: sum(p["verdict"] == v for p in diffs) for v in ("lower", "tie", "higher")}
+        absolute = -float(np.mean([p["mean"] for p in diffs]))
+        relative = -float(np.mean([p["mean"] / p["base"] for p in diffs]))
+        lines.append(f"| {title} | {len(diffs)} | {counts['lower']} | {counts['tie']} | {counts['higher']} | "
+                     f"{t.scale * absolute:+.4f} | {100 * relative:+.2f}% |")
+    return "\n".join(lines)
 
 
 def _cell(report: Report, cells: dict, panel: str, eps, column: Column) -> str:

@@ -461,6 +461,8 @@ class Outcome:
     rows: list
     per_trial: list
     seconds: float
+    parts_seconds: float = 0.0   # the grid programs' seconds, stored parts' as recorded when they ran
+    parts_reused: int = 0        # grid programs taken from stored parts (a resumed run)
 
 
 def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
@@ -469,6 +471,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
     rows, per_trial = [], []
     for t in range(study.trials):
         t0 = time.perf_counter()
+        parts_seconds, parts_reused = 0.0, 0
         trial = study.data(study, t)
         log(f"  trial {t + 1}/{study.trials}: " + ", ".join(f"{k} {v}" for k, v in trial.info.items()
                                                             if not isinstance(v, (list, dict))))
@@ -487,6 +490,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                     name = f"trial{t}-panel{p}-{family.name}-{j}.pkl"
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
                     out, seconds, reused = _stored_sweep(study, family, program, trial, seeds, part)
+                    parts_seconds, parts_reused = parts_seconds + seconds, parts_reused + reused
                     shown = {k: v for k, v in program.static if not callable(v)}
                     log(f"   {panel.label} {family.name} {shown}: "
                         f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s"
@@ -498,5 +502,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
             panel_rows += list(best.values())
             rows += panel_rows + _combined(study, panel_rows)
         sizes = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
-        per_trial.append({"trial": t, **sizes, **trial.info, "seconds": time.perf_counter() - t0})
-    return Outcome(study, rows, per_trial, time.perf_counter() - t_start)
+        per_trial.append({"trial": t, **sizes, **trial.info, "seconds": time.perf_counter() - t0,
+                          "parts_seconds": parts_seconds, "parts_reused": parts_reused})
+    return Outcome(study, rows, per_trial, time.perf_counter() - t_start,
+                   sum(p["parts_seconds"] for p in per_trial), sum(p["parts_reused"] for p in per_trial))

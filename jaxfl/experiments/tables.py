@@ -47,9 +47,13 @@ def block(root: Path, rel: str) -> str:
     text = report.summary(doc, _experiment(rel).study.report)
     env, config = doc["environment"], doc["config"]
     seconds = float(config.get("wall_seconds_total", float("nan")))
+    time_text = f"wall time {seconds:,.0f} s"
+    if config.get("parts_reused"):  # resumed: the last sitting's wall time alone understates the run
+        time_text = (f"{float(config['parts_seconds_total']):,.0f} s over its grid programs, "
+                     f"{config['parts_reused']} of them run in earlier sittings; last sitting's wall time {seconds:,.0f} s")
     prng = env.get("prng_impl", "threefry2x32")
     keys = "" if prng == "threefry2x32" else f", {prng} keys"
-    return (f"{text}\n\nFrom `{rel}/results.json` ({report.form_label(config.get('form'))} form; wall time {seconds:,.0f} s on "
+    return (f"{text}\n\nFrom `{rel}/results.json` ({report.form_label(config.get('form'))} form; {time_text} on "
             f"{env.get('cores')} cores, {env.get('backend')}, JAX {env.get('jax_version')}{keys}).\n")
 
 

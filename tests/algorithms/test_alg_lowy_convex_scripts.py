@@ -135,6 +135,7 @@ def test_summed_silos_equal_averaged_silos_with_m_times_the_step(small_data, cli
     np.testing.assert_allclose(summed.params["w"], averaged.params["w"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_batch_mean_clipping_bounds_the_silo_message_not_each_record():
     # One silo per round, step 1, summed: w_0 - w_1 is that silo's message.
     rng = np.random.default_rng(0)

@@ -1,10 +1,6 @@
 """Personalised local heads: a silo's private part depends only on its own data (bitwise), noise touches
 only the shared part, per-silo evaluation of personalised models beats a shared model when silos'
 label maps differ, and privacy is stated before init."""
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import dp_accounting

@@ -34,6 +34,7 @@ def _leaves_equal(a, b):
                zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(target=st.floats(0.3, 6.0), z=st.floats(0.6, 3.0), eval_every=st.integers(1, 7))
 def test_budget_stop_never_overshoots(small_data, target, z, eval_every):
@@ -113,6 +114,7 @@ def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
         train(alg, small_data, init_linear(5), checkpoint_dir=ckpt, **{**kw, "key": 4})
 
 
+@pytest.mark.slow
 def test_chunking_does_not_change_results(small_data):
     alg = local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, batch_size=4, clip_norm=1.0,
                     noise_multiplier=0.8, silos_per_round=3)
@@ -182,6 +184,7 @@ def test_bitwise_identical_with_fewer_silos_than_two_per_device():
     assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_per_silo_noise_multipliers():
     data = from_silos(make_silos([30, 12, 25], seed=2))
     build = lambda z: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=8, clip_norm=1.0,
@@ -247,6 +250,7 @@ def test_metrics_file_has_one_record_per_evaluation(tmp_path, small_data):
     json.dumps(rows)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_keeps_metrics_and_checkpoint(tmp_path):
     """A real kill -9 during training: every metrics line written so far parses, the last checkpoint
     restores, and a resumed run finishes with the same model as an unbroken one."""

@@ -7,6 +7,7 @@ import pytest
 from jaxfl.experiments import dprec
 
 
+@pytest.mark.slow
 def test_traffic_of_the_papers_full_settings_matches_table_1():
     """Table 1: MNIST DP-REC 0.01 GB vs DP-FedAvg 43 GB (4300x); FEMNIST 14.2 GB vs 259 GB (18x). "GB" is GiB."""
     mnist = dprec.paper_traffic(dprec.MNIST)
@@ -21,7 +22,8 @@ def test_traffic_of_the_papers_full_settings_matches_table_1():
     assert femnist["dp_rec_full_downloads"] == 0
 
 
-@pytest.mark.parametrize("name", [pytest.param("dprec/mnist", marks=pytest.mark.slow), "dprec/femnist-scale"])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dprec/mnist", "dprec/femnist-scale"])
 def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
     from jaxfl.experiments.registry import get_experiment
 

@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import json
 import math
+import pickle
 import shutil
 from types import SimpleNamespace
 
@@ -378,6 +379,7 @@ def test_study_grid_matches_engine_sweep(small_data):
         assert row["diverged_configs"] == int(np.sum(~np.isfinite(loss[same])))
 
 
+@pytest.mark.slow
 def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results, monkeypatch, tmp_path):
     """A study stopped mid-way resumes from out_dir/parts: re-running the finished smoke form runs no grid."""
     from jaxfl.experiments import study as study_lib
@@ -394,3 +396,9 @@ def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results,
     second = json.loads((again / "results.json").read_text())
     strip = lambda run: {k: v for k, v in run.items() if "seconds" not in k}
     assert [strip(r) for r in second["runs"]] == [strip(r) for r in first["runs"]]
+    # the time of the parts run earlier still counts: summed as recorded when they ran
+    parts = sorted((again / "parts").iterdir())
+    assert second["config"]["parts_reused"] == len(parts) - 1
+    recorded = sum(pickle.loads(p.read_bytes())["seconds"] for p in parts)
+    assert second["config"]["parts_seconds_total"] == pytest.approx(recorded)
+    assert sum(t["parts_seconds"] for t in second["config"]["per_trial"]) == pytest.approx(recorded)

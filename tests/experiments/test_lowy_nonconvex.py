@@ -287,6 +287,23 @@ def test_paired_difference_is_over_trials_of_the_same_panel_and_epsilon():
                              "train_loss")["mean"] == pytest.approx(p["mean"])
 
 
+def test_paired_overview_counts_verdicts_and_averages_improvements_over_cells():
+    def row(alg, trial, err, eps, panel):
+        return {"algorithm": alg, "trial": trial, "metrics": {"test_error": err}, "epsilon": eps, "panel": panel}
+
+    # cell A (panel P, eps 1): SPIDER 0.1 / 0.1 vs MB 0.2 / 0.2 -> difference -0.1, se 0 -> lower, relative -50%
+    # cell B (panel Q, eps 2): SPIDER 0.3 / 0.5 vs MB 0.2 / 0.2 -> +0.2 +- 0.1 -> tie, relative +100%
+    rows = [row(N.SPIDER, 0, 0.1, 1.0, "P"), row(N.SPIDER, 1, 0.1, 1.0, "P"),
+            row(N.MB, 0, 0.2, 1.0, "P"), row(N.MB, 1, 0.2, 1.0, "P"),
+            row(N.SPIDER, 0, 0.3, 2.0, "Q"), row(N.SPIDER, 1, 0.5, 2.0, "Q"),
+            row(N.MB, 0, 0.2, 2.0, "Q"), row(N.MB, 1, 0.2, 2.0, "Q")]
+    text = N.REPORT.notes({"runs": rows})
+    line = next(l for l in text.splitlines() if l.startswith("| SPIDER - MB-SGD |"))
+    # improvement = -(mean difference): -((-0.1 + 0.2) / 2) = -0.05; relative -((-0.5 + 1.0) / 2) = -25%
+    assert line == "| SPIDER - MB-SGD | 2 | 1 | 1 | 0 | -0.0500 | -25.00% |"
+    assert "6.06%" in text and "1.72%" in text
+
+
 def test_stored_parts_hold_no_params_when_the_study_does_not_use_them(quick_results):
     """Seed 002's studies select on metrics and have no ``final``: a stored part keeps metrics, infos and
     epsilons only, small enough to commit a long study's finished parts."""
