@@ -8,8 +8,8 @@ Entry ``(k, j)`` of block ``m``'s codebook under the client's seed ``R`` is a pu
     u = float32 in [0, 1) from the top 23 bits;  z = sqrt(2) * erfinv(max(2u - 1, -1 + ulp))
 
 (:mod:`jaxfl.privacy.normal`'s generator, row ``k``; one threefry call gives the two entries ``2p`` and
-``2p + 1`` of a row; streamed scoring calls :func:`jaxfl.privacy.normal.normal_pairs` on tiles), so any tiling of ``(k, j)``
-into even-aligned tiles produces bit-identical values, the decoder regenerates row ``k*`` alone in
+``2p + 1`` of a row; streamed scoring calls :func:`jaxfl.privacy.normal.normal_pairs` on tiles), so any
+tiling of ``(k, j)`` into even-aligned tiles produces bit-identical values, the decoder regenerates row ``k*`` alone in
 O(block size) (the paper's Alg. 2/4 "draw the first k* samples" gives the same sample for a
 counter-based generator), and the values do not depend on JAX's ``jax_threefry_partitionable`` flag
 (``fold_in`` and ``threefry2x32`` are called directly; ``jax.random.normal`` on a shape is not used,

@@ -284,7 +284,8 @@ def paired_difference(doc: dict, panel: str, eps, a: str, b: str, metric: str = 
 def paired_overview(doc: dict, report: Report) -> str:
     """The table's ``paired`` comparisons over every (panel, epsilon) cell (markdown): how many cells
     each verdict of :func:`paired_difference` has, and ``b``'s mean improvement by ``a`` -- absolute
-    (``b - a``, in the metric's units) and relative (``(b - a) / b``) -- averaged over the cells."""
+    (``b - a``, in the metric's units) and relative (``(b - a) / b``, over the cells where ``b`` > 0) --
+    averaged over the cells."""
     t = report.table
     lines = [f"Over all {len(_panels(doc))} panel(s) x epsilons: verdicts of the paired differences above, and the "
              f"mean improvement (the second minus the first, so positive = the first is better) averaged over "
@@ -299,7 +300,8 @@ def paired_overview(doc: dict, report: Report) -> str:
             continue
         counts = {v: sum(p["verdict"] == v for p in diffs) for v in ("lower", "tie", "higher")}
         absolute = -float(np.mean([p["mean"] for p in diffs]))
-        relative = -float(np.mean([p["mean"] / p["base"] for p in diffs]))
+        ratios = [p["mean"] / p["base"] for p in diffs if p["base"] != 0]  # a cell where b errs nowhere has none
+        relative = -float(np.mean(ratios)) if ratios else math.nan
         lines.append(f"| {title} | {len(diffs)} | {counts['lower']} | {counts['tie']} | {counts['higher']} | "
                      f"{t.scale * absolute:+.4f} | {100 * relative:+.2f}% |")
     return "\n".join(lines)
