@@ -227,6 +227,7 @@ def test_alt_fed_spider_is_spider_with_phase_two():
     assert alt.privacy(data.counts) == spider.privacy(data.counts)
 
 
+@pytest.mark.slow
 def test_sdp_spider_is_unbiased_and_states_the_shuffled_guarantee():
     data = _data()
     params = shuffle.ShuffleParams(64, 40, 0.25)

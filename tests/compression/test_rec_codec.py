@@ -19,7 +19,7 @@ def _update(size, scale=SIGMA, seed=0):
 
 
 @pytest.mark.parametrize("sizes,bits", [((1000,), (7,)), pytest.param((5, 3000, 17), (4, 7, 3), marks=pytest.mark.slow),
-                                        ((64,) * 5 + (9,), (5,) * 6)])
+                                        pytest.param((64,) * 5 + (9,), (5,) * 6, marks=pytest.mark.slow)])
 def test_fused_logits_match_dense_reference_up_to_the_constant(sizes, bits):
     layout = rec.BlockLayout(sizes, bits)
     mu = _update(layout.size)

@@ -48,7 +48,8 @@ def _assert_bitwise(a, b):
         np.testing.assert_array_equal(u, v)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "poisson" else n for n in ALGORITHMS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("poisson", "with_replacement") else n
+                                  for n in ALGORITHMS])
 def test_local_sgd_draws_ahead_or_in_the_loop_bitwise_alike(small_data, name, monkeypatch):
     kwargs = ALGORITHMS[name]
     in_loop, *ahead = [_run_local_sgd(small_data, kwargs, b, monkeypatch)
