@@ -22,20 +22,39 @@ another order).
 """
 from __future__ import annotations
 
+import itertools
+
 import jax.numpy as jnp
 from jax import lax
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 
 
+def unfold(x, kernel_size, strides=None, kernel_dilation=None):
+    """The ``VALID`` patches of ``x: [..., *spatial, c]`` (any leading axes; pad beforehand for other
+    paddings) for a kernel of ``kernel_size``: ``[..., *out, prod(kernel_size) * c]``, the features ordered
+    like the flattened ``[*kernel_size, c]`` of a kernel. One strided slice per kernel offset,
+    concatenated; shared by :func:`conv2d_valid` and the ghost norms of :mod:`jaxfl.privacy.ghost`."""
+    rank = len(kernel_size)
+    strides = tuple(strides or (1,) * rank)
+    kernel_dilation = tuple(kernel_dilation or (1,) * rank)
+    lead = x.ndim - rank - 1
+    dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
+    out = [(n - k) // s + 1 for n, k, s in zip(x.shape[lead:-1], dilated, strides)]
+    slices = []
+    for offset in itertools.product(*(range(k) for k in kernel_size)):
+        start = [0] * lead + [o * d for o, d in zip(offset, kernel_dilation)] + [0]
+        limit = list(x.shape[:lead]) + [s0 + (n - 1) * s + 1 for s0, n, s in zip(start[lead:], out, strides)] \
+            + [x.shape[-1]]
+        slices.append(lax.slice(x, start, limit, (1,) * lead + strides + (1,)))
+    return jnp.concatenate(slices, axis=-1)
+
+
 def conv2d_valid(x, w):
     """Stride-1 ``VALID`` convolution: ``x: [..., h, w, c_in]``, ``w: [kh, kw, c_in, c_out]`` ->
     ``[..., h - kh + 1, w - kw + 1, c_out]`` (any leading axes)."""
     kh, kw, c, o = w.shape
-    oh, ow = x.shape[-3] - kh + 1, x.shape[-2] - kw + 1
-    # patch features ordered (i, j, c), like the kernel's leading axes
-    patches = jnp.concatenate([x[..., i:i + oh, j:j + ow, :] for i in range(kh) for j in range(kw)], axis=-1)
-    return patches @ w.reshape(kh * kw * c, o)
+    return unfold(x, (kh, kw)) @ w.reshape(kh * kw * c, o)
 
 
 def _is_plain(values) -> bool:

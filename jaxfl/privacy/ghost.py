@@ -33,7 +33,6 @@ clipped sum from a weighted backward pass of the same forward. With no covered l
 """
 from __future__ import annotations
 
-import itertools
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -184,9 +183,9 @@ def covered_layers(loss_fn: PerExampleLoss, params, x, y) -> list[Layer]:
 
 def _patches(a, geometry):
     """One example's unfolded convolution input ``[positions, prod(kernel_size) * C]``, the feature axis
-    ordered like the flattened ``[*kernel_size, C]`` of the kernel. Built from strided slices of the
-    padded input: ``lax.conv_general_dilated_patches`` computes the same as a convolution with a
-    one-hot kernel, ``K`` times the work."""
+    ordered like the flattened ``[*kernel_size, C]`` of the kernel (:func:`jaxfl.models.conv.unfold` of the
+    padded input; ``lax.conv_general_dilated_patches`` computes the same as a convolution with a
+    one-hot kernel, ``K`` times the work, used only for input dilation)."""
     kernel_size, strides, padding, input_dilation, kernel_dilation = geometry
     rank = len(kernel_size)
     if a.ndim == rank + 1:
@@ -204,13 +203,7 @@ def _patches(a, geometry):
     dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
     pads = jax.lax.padtype_to_pads(a.shape[1:-1], dilated, strides, padding) if isinstance(padding, str) else padding
     a = jnp.pad(a, [(0, 0)] + [tuple(p) for p in pads] + [(0, 0)])
-    out = [(n - k) // s + 1 for n, k, s in zip(a.shape[1:-1], dilated, strides)]
-    slices = []
-    for offset in itertools.product(*(range(k) for k in kernel_size)):
-        start = [0] + [o * d for o, d in zip(offset, kernel_dilation)] + [0]
-        limit = [a.shape[0]] + [s0 + (n - 1) * s + 1 for s0, n, s in zip(start[1:-1], out, strides)] + [a.shape[-1]]
-        slices.append(jax.lax.slice(a, start, limit, (1, *strides, 1)))
-    patches = jnp.concatenate(slices, axis=-1)
+    patches = jaxfl_conv.unfold(a, kernel_size, strides, kernel_dilation)
     return patches.reshape(-1, patches.shape[-1])
 
 
