@@ -10,6 +10,7 @@ A "part" is the params tree with ``None`` in place of the other part's leaves (e
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,8 @@ _is_none = lambda v: v is None  # noqa: E731
 
 
 def shared_labels(shared, params):
-    """A tree of Python bools shaped like ``params``: True on shared leaves (see the module docstring)."""
+    """A tree of Python bools shaped like ``params``: True on shared leaves (see the module docstring).
+    Every leaf may be shared (collaboration on the whole model) or private (per-silo training)."""
     if callable(shared):
         def label(path, leaf):
             value = shared(path, leaf)
@@ -36,17 +38,18 @@ def shared_labels(shared, params):
                 raise TypeError(f"the shared predicate must return a Python bool (from the path / shape), got "
                                 f"{type(value).__name__} at {jax.tree_util.keystr(path)}")
             return bool(value)
-        labels = jax.tree_util.tree_map_with_path(label, params)
-    else:
-        def expand(lab, subtree):
-            if lab not in ("shared", "private"):
-                raise ValueError(f"shared labels must be 'shared' or 'private', got {lab!r}")
-            return _tmap(lambda _: lab == "shared", subtree)
-        labels = _tmap(expand, shared, params)
-    flags = jax.tree_util.tree_leaves(labels)
-    if all(flags) or not any(flags):
-        raise ValueError(f"personalized needs shared and private leaves; the split gives {sum(flags)} shared of {len(flags)}")
-    return labels
+        return jax.tree_util.tree_map_with_path(label, params)
+
+    def expand(lab, subtree):
+        if lab not in ("shared", "private"):
+            raise ValueError(f"shared labels must be 'shared' or 'private', got {lab!r}")
+        return _tmap(lambda _: lab == "shared", subtree)
+    return _tmap(expand, shared, params)
+
+
+def has_leaves(part) -> bool:
+    """Whether a part of :func:`partition` holds any array."""
+    return bool(jax.tree_util.tree_leaves(part))
 
 
 def partition(params, labels, want_shared: bool):
@@ -59,28 +62,38 @@ def merge(first, second):
     return _tmap(lambda a, b: b if a is None else a, first, second, is_leaf=_is_none)
 
 
-def _per_part(opt: optax.GradientTransformation) -> optax.GradientTransformation:
+def _per_part(opt) -> optax.GradientTransformation:
     """``opt`` applied to the shared and the private part of a ``(shared, private)`` pair separately, so no
-    cross-leaf operation of ``opt`` (global-norm clipping, ...) mixes the private gradient into the shared one."""
+    cross-leaf operation of ``opt`` (global-norm clipping, ...) mixes the private gradient into the shared one.
+    ``opt`` is one transformation for both parts or, as in ``optax.multi_transform``, a mapping
+    ``{"shared": ..., "private": ...}``."""
+    opts = (opt["shared"], opt["private"]) if isinstance(opt, Mapping) else (opt, opt)
 
     def update(grads, state, params=None):
-        (u_s, s_s), (u_p, s_p) = (opt.update(g, s, p) for g, s, p in zip(grads, state, params or (None, None)))
+        (u_s, s_s), (u_p, s_p) = (o.update(g, st, p) for o, g, st, p in zip(opts, grads, state, params or (None, None)))
         return (u_s, u_p), (s_s, s_p)
 
-    return optax.GradientTransformation(lambda pair: tuple(opt.init(p) for p in pair), update)
+    return optax.GradientTransformation(lambda pair: tuple(o.init(p) for o, p in zip(opts, pair)), update)
 
 
-def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, local_steps: int,
+def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
                  sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
-                 noise_on: str = "all", name: str | None = None) -> FederatedAlgorithm:
-    """Shared body + per-silo private parameters (FedPer-style joint local training).
+                 noise_on: str = "all", shared_gradient_at: str = "current", chunk: int | None = None,
+                 name: str | None = None) -> FederatedAlgorithm:
+    """Shared body + per-silo private parameters (FedPer-style joint local training; seed 001's regimes).
 
     Every silo's private part starts at the initial params' private leaves. Per round each participant
-    runs ``local_steps`` steps of ``client_opt`` (applied to the two parts separately) on one minibatch
-    per step, keeps its private part and sends the shared delta only; the server applies ``server_opt``
-    (default ``optax.sgd(1.0)``) to the mean delta. ``state.params`` is the shared model (private leaves
-    at their initial values); ``silo_params(state)`` is every silo's own model.
+    runs ``local_steps`` steps of ``client_opt`` (applied to the two parts separately; a mapping
+    ``{"shared": opt, "private": opt}`` gives each part its own) on one minibatch per step, keeps its
+    private part and sends the shared delta only; the server applies ``server_opt`` (default
+    ``optax.sgd(1.0)``) to the mean delta. ``state.params`` is the shared model (private leaves at their
+    initial values); ``silo_params(state)`` is every silo's own model. With ``sampling_rate``, ``chunk``
+    takes the Poisson sample's gradients that many records at a time (:class:`jaxfl.engine.local.Sampler`).
+
+    The split may put every leaf on one side: all private is per-silo training (nothing is sent; the
+    server's model never moves), all shared is Local SGD / FedAvg on the whole model (DP-SGD steps with
+    noise). Seed 001's four regimes are this one algorithm with four splits and noise settings.
 
     With ``noise_multiplier > 0``, ``noise_on`` says where the Gaussian mechanism acts:
 
@@ -89,21 +102,37 @@ def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, l
       private part is post-processing of the silo's noisy steps, so the statement
       ``sampled_silo_privacy(sampler, z, local_steps)`` (ISRL-DP for one record of the silo, under the
       sampler's neighbouring relation) covers everything the silo computes, its private part included.
-    - ``"shared"``: clipping and noise on the shared part only; the private part trains on the plain
-      minibatch gradient. **No privacy is stated** (``privacy`` is None and a budget is refused): the shared
-      gradients are taken at the private part, which depends on every record of the silo, so one record
-      moves all the other records' shared gradients and per-example clipping does not bound the
-      sensitivity. (Joint-DP analyses of this structure, seed 001, treat that dependence explicitly.)
+    - ``"shared"`` (joint DP): per-example clipping of the *shared part's* gradient to ``clip_norm`` and
+      noise on the shared part only; the private part trains on the plain minibatch gradient and is
+      never noised or sent. ``shared_gradient_at`` says where the shared gradient is taken:
+
+      * ``"current"`` (seed 001's experiments): at the silo's own private part. **No privacy is stated**
+        (``privacy`` is None and a budget is refused): the private part depends on every record of the
+        silo, so one record moves all the other records' shared gradients and per-example clipping does
+        not bound the sensitivity (digest §3.1's caveat, which the paper's accounting ignores).
+      * ``"initial"``: at the private leaves' initial (public) values, which no data touches. The shared
+        steps are then DP-SGD with a fixed public private part, and the silo's transcript (its shared
+        deltas) has the statement ``sampled_silo_privacy(sampler, z, local_steps)``; the private parts,
+        trained at the current shared iterate on the silo's own data and never sent, are outside it, as
+        joint DP allows (billboard model: every other silo's output is post-processing of the transcript
+        and its own data).
     """
     private = check_private_args(clip_norm, noise_multiplier)
-    sampler = local.make_sampler(batch_size, sampling_rate)
+    sampler = local.make_sampler(batch_size, sampling_rate, chunk)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     num_steps = checks.positive_int("local_steps", local_steps)
     checks.one_of("noise_on", noise_on, ("all", "shared"))
+    checks.one_of("shared_gradient_at", shared_gradient_at, ("current", "initial"))
+    if isinstance(client_opt, Mapping) and set(client_opt) != {"shared", "private"}:
+        raise ValueError(f"a client_opt mapping needs exactly the keys 'shared' and 'private', got {sorted(client_opt)}")
     shared_z, silo_z = per_silo_noise(noise_multiplier)
     part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
+    stated = private and (noise_on == "all" or shared_gradient_at == "initial")
 
     def init(params):
+        if private and noise_on == "shared" and not has_leaves(part(params, True)):
+            raise ValueError(f"noise_on='shared' with every leaf private adds no noise; pass noise_multiplier=0 "
+                             f"for per-silo training (got {noise_multiplier})")
         return ServerState(params, server_opt.init(part(params, True)), jnp.zeros([], jnp.int32))
 
     def init_silos(params, num_silos):
@@ -111,14 +140,19 @@ def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, l
 
     def client(sent, x, y, count, silo_key, z=shared_z, *, silo_state):
         start = part(sent, True)
+        initial_private = part(sent, False)  # the server's private leaves never move: the public initial values
+        joint = noise_on == "all" or not has_leaves(start) or not has_leaves(silo_state)
+        joint_z, joint_clip = (z, clip_norm) if noise_on == "all" or has_leaves(start) else (0.0, math.inf)
 
-        def joint_gradient(parts, step, drawn):  # DP-SGD on the whole model
+        def joint_gradient(parts, step, drawn):  # DP-SGD on the whole model (or plain SGD, per-silo training)
             return local.noisy_gradient(lambda sp, xj, yj: loss_fn(merge(*sp), xj, yj), parts, x, y, count, silo_key,
-                                        step, sampler=sampler, clip_norm=clip_norm, noise_multiplier=z, drawn=drawn)
+                                        step, sampler=sampler, clip_norm=joint_clip, noise_multiplier=joint_z,
+                                        drawn=drawn)
 
         def gradient(parts, step, drawn):  # clipping and noise on the shared part only
             s, p = parts
-            g_s, info = local.noisy_gradient(lambda s_, xj, yj: loss_fn(merge(s_, p), xj, yj), s, x, y, count,
+            at = initial_private if shared_gradient_at == "initial" else p
+            g_s, info = local.noisy_gradient(lambda s_, xj, yj: loss_fn(merge(s_, at), xj, yj), s, x, y, count,
                                              silo_key, step, sampler=sampler, clip_norm=clip_norm,
                                              noise_multiplier=z, drawn=drawn)
             g_p, _ = local.noisy_gradient(lambda p_, xj, yj: loss_fn(merge(s, p_), xj, yj), p, x, y, count,
@@ -126,11 +160,11 @@ def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, l
                                           drawn=(drawn[0], None))
             return (g_s, g_p), info
 
-        joint = noise_on == "all"
         (final, own), info = local.local_steps(
             (start, silo_state), num_steps=num_steps, client_opt=_per_part(client_opt),
             gradient_fn=joint_gradient if joint else gradient,
-            draw_fn=local.step_draws(sampler, silo_key, count, x.shape[0], (start, silo_state) if joint else start, z))
+            draw_fn=local.step_draws(sampler, silo_key, count, x.shape[0], (start, silo_state) if joint else start,
+                                     joint_z if joint else z))
         return _tmap(jnp.subtract, start, final), info, own
 
     def server(state, summed, ctx):
@@ -142,12 +176,14 @@ def personalized(loss_fn, *, shared, client_opt: optax.GradientTransformation, l
 
     def silo_params(state):
         own = state.silos
+        if not has_leaves(own):
+            return None  # nothing private: every silo's model is the shared one
         num_silos = jax.tree_util.tree_leaves(own)[0].shape[0]
         return merge(_tmap(lambda a: jnp.broadcast_to(a, (num_silos,) + jnp.shape(a)), part(state.params, True)), own)
 
     return FederatedAlgorithm(
         init=init,
         round=make_round(client, server, resolve(silos_per_round), per_silo=silo_z, silo_state=True),
-        privacy=sampled_silo_privacy(sampler, noise_multiplier, num_steps) if private and noise_on == "all" else None,
-        name=name or ("dp_personalized" if private and noise_on == "all" else "personalized"),
+        privacy=sampled_silo_privacy(sampler, noise_multiplier, num_steps) if stated else None,
+        name=name or ("dp_personalized" if stated else "personalized"),
         init_silos=init_silos, silo_params=silo_params)

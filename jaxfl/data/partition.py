@@ -312,3 +312,76 @@ def train_test_split_per_silo(fd: FederatedData, test_fraction: float, *, seed: 
         test.append((xi[perm[:n_test]], yi[perm[:n_test]]))
         train.append((xi[perm[n_test:]], yi[perm[n_test:]]))
     return from_silos(train, dtype=xs.dtype), from_silos(test, dtype=xs.dtype)
+
+
+def choose_silo_classes(num_silos: int, labels: Sequence, classes_per_silo: int, *, seed: int) -> np.ndarray:
+    """Each silo's set of ``classes_per_silo`` labels, drawn uniformly without replacement from
+    ``labels`` independently per silo (seed 001's owners hold "at most 8 of the 10 classes").
+
+    Returns:
+      ``[num_silos, classes_per_silo]`` labels, each row sorted; pass it to :func:`class_limited` for the
+      train split and again for the test split so that both are divided the same way.
+    """
+    num_silos = checks.positive_int("num_silos", num_silos)
+    labels = np.unique(np.asarray(labels))
+    k = checks.positive_int("classes_per_silo", classes_per_silo)
+    if k > len(labels):
+        raise ValueError(f"classes_per_silo={k} exceeds the {len(labels)} labels {labels.tolist()}")
+    rng = _rng(seed)
+    return np.stack([np.sort(rng.choice(labels, size=k, replace=False)) for _ in range(num_silos)])
+
+
+def class_limited(x, y, silo_classes, *, total: int | None = None, seed: int) -> FederatedData:
+    """Equal-size silos that each hold records of their own few classes only (seed 001's non-IID owners).
+
+    ``total`` records are dealt to ``num_silos = len(silo_classes)`` silos as evenly as possible (the first
+    ``total mod num_silos`` silos get ``ceil(total / num_silos)``, the others the floor: seed 001's
+    m = N/n is not an integer for n >= 64). Silo ``i``'s quota is split evenly over its classes
+    ``silo_classes[i]`` (remainders to classes in a random order), and each class's quotas are filled by
+    drawing that class's records without replacement, so no record goes to two silos. A class whose
+    records run out raises ``ValueError`` naming it; ``total <= classes_per_silo * (fewest records of any
+    class)`` always fits.
+
+    Args:
+      x: ``[n, *feature_shape]``; y: ``[n]`` integer labels.
+      silo_classes: ``[num_silos, classes_per_silo]`` from :func:`choose_silo_classes` (or any table of
+        labels present in ``y``; a row may not repeat a label).
+      total: records to deal (default: all ``n``).
+      seed: the draw of records (and of which classes get a silo's remainder).
+    """
+    x, y = _check_xy(x, y)
+    y = _check_labels(y)
+    table = np.asarray(silo_classes)
+    if table.ndim != 2 or table.shape[1] == 0:
+        raise ValueError(f"silo_classes must be [num_silos, classes_per_silo], got shape {table.shape}")
+    num_silos, k = table.shape
+    for i, row in enumerate(table):
+        if len(np.unique(row)) != k:
+            raise ValueError(f"silo_classes row {i} repeats a label: {row.tolist()}")
+    total = len(y) if total is None else checks.positive_int("total", total)
+    if total > len(y):
+        raise ValueError(f"total={total} exceeds the {len(y)} records")
+    if total < num_silos:
+        raise ValueError(f"total={total} records cannot fill {num_silos} silos")
+    rng = _rng(seed)
+    sizes = np.full(num_silos, total // num_silos)
+    sizes[: total % num_silos] += 1
+    quotas: dict = {}  # class -> [(silo, count)]
+    for i, (row, size) in enumerate(zip(table, sizes)):
+        per_class = np.full(k, size // k)
+        per_class[rng.permutation(k)[: size % k]] += 1
+        for c, q in zip(row.tolist(), per_class):
+            if q:
+                quotas.setdefault(c, []).append((i, int(q)))
+    silos: list[list[np.ndarray]] = [[] for _ in range(num_silos)]
+    for c, pool in zip(sorted(quotas), _class_indices(y, sorted(quotas))):
+        demand = sum(q for _, q in quotas[c])
+        if demand > len(pool):
+            raise ValueError(f"class_limited: class {c!r} has {len(pool)} records but its silos need {demand} "
+                             f"(total={total}); lower total")
+        drawn = rng.permutation(pool)[:demand]
+        start = 0
+        for i, q in quotas[c]:
+            silos[i].append(drawn[start:start + q])
+            start += q
+    return _build(x, y, [np.sort(np.concatenate(parts)) for parts in silos], "class_limited")

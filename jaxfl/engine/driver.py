@@ -72,9 +72,10 @@ def _silo_evaluator(algorithm: FederatedAlgorithm, silo_eval_fn, num_silos: int)
 
     def evaluate(state):
         silos = jnp.arange(num_silos)
-        if algorithm.silo_params is None:  # one shared model, evaluated by every silo
+        own = None if algorithm.silo_params is None else algorithm.silo_params(state)
+        if own is None:  # one shared model, evaluated by every silo
             return jax.vmap(silo_eval_fn, in_axes=(None, 0))(state.params, silos)
-        return jax.vmap(silo_eval_fn)(algorithm.silo_params(state), silos)
+        return jax.vmap(silo_eval_fn)(own, silos)
 
     return jax.jit(evaluate)
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxfl.privacy import keys as keys_lib
-from jaxfl.privacy.clipping import clipped_grad_sum
+from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum
 from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
 
 DRAW_AHEAD_ELEMENTS = 1 << 18
@@ -47,13 +47,17 @@ class Sampler(NamedTuple):
 
     ``kind`` is ``"with_replacement"`` (``batch_size`` uniform draws, seed 000's sampling; fixed
     shape, O(batch) work), ``"poisson"`` (each record with probability ``rate``; O(max_records)
-    work; divided by the expected size ``rate * count``) or ``"full"`` (all records).
+    work; divided by the expected size ``rate * count``) or ``"full"`` (all records). A Poisson sampler
+    with ``chunk`` gathers the sampled records and takes their gradients ``chunk`` at a time, as many
+    chunks as the draw needs (the same sample and sum, O(sampled records) gradient work: for rates well
+    below 1 on large silos) in :func:`noisy_gradient`; :meth:`take` still gives the whole masked batch.
     ``sampler(key, x, y, count)`` is ``sampler.take(sampler.draw(key, count, len(x)), x, y, count)``.
     """
 
     kind: str
     batch_size: int | None = None
     rate: Any = None
+    chunk: int | None = None
 
     def __call__(self, key, x, y, count) -> Batch:
         return self.take(self.draw(key, count, x.shape[0]), x, y, count)
@@ -92,10 +96,17 @@ class Sampler(NamedTuple):
         return gaussian
 
 
-def make_sampler(batch_size: int | None = None, sampling_rate=None) -> Sampler:
-    """``batch_size`` -> with-replacement sampler; ``sampling_rate`` -> Poisson; neither -> full batch."""
+def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int | None = None) -> Sampler:
+    """``batch_size`` -> with-replacement sampler; ``sampling_rate`` -> Poisson (gradients ``chunk`` sampled
+    records at a time when given: see :class:`Sampler`); neither -> full batch."""
     if batch_size is not None and sampling_rate is not None:
         raise ValueError("give batch_size or sampling_rate, not both")
+    if chunk is not None:
+        if sampling_rate is None:
+            raise ValueError("chunk needs a Poisson sampler (sampling_rate)")
+        if int(chunk) < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        return Sampler("poisson", rate=sampling_rate, chunk=int(chunk))
     if batch_size is not None:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -144,8 +155,35 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
     if drawn is None:
         drawn = step_draws(sampler, silo_key, count, x.shape[0], params, noise_multiplier)(step)
     minibatch, unit_noise = drawn
+    if sampler.chunk is not None:
+        summed = _chunked_clipped_sum(loss_fn, params, minibatch, x, y, count, sampler.chunk, clip_norm)
+        denominator = jnp.maximum(sampler.rate * count.astype(jnp.float32), 1e-12)
+        return _noisy_mean(summed, unit_noise, denominator, clip_norm, noise_multiplier)
     return _privatize(loss_fn, params, sampler.take(minibatch, x, y, count), unit_noise,
                       clip_norm=clip_norm, noise_multiplier=noise_multiplier)
+
+
+def _chunked_clipped_sum(loss_fn, params, mask, x, y, count, chunk: int, clip_norm):
+    """The clipped gradient sum over the records a Poisson ``mask`` selects, taken ``chunk`` records at a
+    time in a ``while`` loop that runs ``ceil(selected / chunk)`` times (at least once)."""
+    max_records = x.shape[0]
+    selected = mask & (jnp.arange(max_records) < count)
+    total = jnp.sum(selected)
+    slots = -(-max_records // chunk) * chunk
+    order = jnp.nonzero(selected, size=slots, fill_value=0)[0]  # the selected rows first, in row order
+
+    def one(i, carry):
+        start = i * chunk
+        idx = jax.lax.dynamic_slice(order, (start,), (chunk,))
+        weights = (start + jnp.arange(chunk) < total).astype(jnp.float32)
+        part = clipped_grad_sum(loss_fn, params, x[idx], y[idx], weights, clip_norm)
+        value, n, clipped = carry
+        return jax.tree_util.tree_map(jnp.add, value, part.value), n + part.count, clipped + part.num_clipped
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    value, n, clipped = jax.lax.fori_loop(0, jnp.maximum((total + chunk - 1) // chunk, 1), one,
+                                          (zeros, jnp.float32(0.0), jnp.float32(0.0)))
+    return ClippedSum(value, jnp.asarray(clip_norm, jnp.float32), n, clipped)
 
 
 def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier):
@@ -160,8 +198,12 @@ def _privatize(loss_fn, params, batch: Batch, unit_noise, *, clip_norm, noise_mu
     no noise, for a Python ``0`` multiplier), times ``1 / batch.denominator``
     (:func:`jaxfl.privacy.noise.noisy_clipped_mean`)."""
     summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm)
+    return _noisy_mean(summed, unit_noise, batch.denominator, clip_norm, noise_multiplier)
+
+
+def _noisy_mean(summed: ClippedSum, unit_noise, denominator, clip_norm, noise_multiplier):
     grad = noisy_clipped_mean(summed.value, unit_noise, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
-                              denominator=batch.denominator)
+                              denominator=denominator)
     info = {"clipped_fraction": summed.num_clipped / jnp.maximum(summed.count, 1.0)}
     return grad, info
 

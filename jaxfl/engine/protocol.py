@@ -63,7 +63,8 @@ class FederatedAlgorithm(NamedTuple):
         receives ``schedule[r]``: sample sizes, step counts, learning rates, active masks, ...), or
         None. A run may not be longer than the schedule.
       silo_params: ``state -> params of every silo's own model`` (leaves ``[num_silos, ...]``), for
-        personalised evaluation; None: every silo evaluates the shared ``state.params``.
+        personalised evaluation; None (or a function returning None): every silo evaluates the shared
+        ``state.params``.
     """
 
     init: Callable[[Params], State]

@@ -66,7 +66,7 @@ def configurations(grid: dict[str, Sequence] | Sequence[dict]) -> list[dict]:
 def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict], data: FederatedData, params, *, rounds: int,
           seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
           configs_per_batch: int | None = None, delta=None, accountant: str = "rdp",
-          constants: dict | None = None) -> SweepResult:
+          constants: dict | None = None, silo_models: bool = False) -> SweepResult:
     """Runs ``build(**config)`` for every grid point and seed as vmapped, compiled programs.
 
     Args:
@@ -88,6 +88,9 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
       constants: optional ``name -> value`` (pytrees of arrays) handed to every ``build`` call as keyword
         arguments: traced arguments of the compiled program (so new values do not recompile) and, for
         the accounting, the host values exactly as given.
+      silo_models: hand ``evaluate`` every silo's own model instead of the shared one: leaves
+        ``[num_silos, ...]``, from ``algorithm.silo_params`` (personalised algorithms), or the shared model
+        repeated for every silo when the algorithm has none. (``SweepResult.params`` stays the shared model.)
     """
     checks.federated_data(data)
     if delta is not None:
@@ -98,7 +101,7 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
     table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in names}
     table["__config__"] = jnp.arange(len(configs))  # gives vmap an axis even for an empty grid
     constants = dict(constants or {})
-    program = _program(build, names, int(rounds), evaluate, eval_data is not None)
+    program = _program(build, names, int(rounds), evaluate, eval_data is not None, bool(silo_models))
     traced = jax.tree_util.tree_map(jnp.asarray, constants)
     out = run_batched(program, table, seeds, configs_per_batch, data, params, eval_data, traced)
     epsilons = None if delta is None else _account(build, configs, np.asarray(data.counts), int(rounds), delta,
@@ -107,7 +110,7 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
 
 
 @functools.lru_cache(maxsize=64)
-def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool):
+def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool, silo_models: bool = False):
     """The jitted grid program ``(table, seeds, data, params, eval_data, constants) -> (params, infos,
     metrics)``; cached, so that jit's own cache serves every later call with arguments of the same shapes."""
 
@@ -119,11 +122,21 @@ def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool):
         if evaluate is None:
             metrics = {}
         else:
-            metrics = evaluate(state.params, eval_data) if with_eval_data else evaluate(state.params)
+            models = silo_models_of(algorithm, state, data.num_silos) if silo_models else state.params
+            metrics = evaluate(models, eval_data) if with_eval_data else evaluate(models)
         return state.params, infos, metrics
 
     over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None, None))
     return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None, None)))
+
+
+def silo_models_of(algorithm, state, num_silos: int):
+    """Every silo's own model (leaves ``[num_silos, ...]``): ``algorithm.silo_params(state)``, or the shared
+    ``state.params`` repeated when the algorithm keeps no per-silo parameters."""
+    own = None if algorithm.silo_params is None else algorithm.silo_params(state)
+    if own is not None:
+        return own
+    return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_silos,) + jnp.shape(a)), state.params)
 
 
 def _account(build, configs: list, counts: np.ndarray, rounds: int, delta, accountant: str,

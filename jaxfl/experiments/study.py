@@ -154,7 +154,8 @@ class Study:
 
     Attributes:
       name, description: ``jaxfl reproduce NAME`` and its one-line description.
-      data: ``(study, trial index) -> Trial``.
+      data: ``(study, trial index) -> Trial``, or ``(study, trial index, panel) -> Trial`` with
+        ``data_per_panel`` (panels that differ in their data, e.g. seed 001's number of owners).
       families, panels, select, combine: what runs and what is reported.
       evaluate: ``(params, eval_data) -> dict of scalars`` (traced for sweeps; host for train runs).
       init: ``seed -> initial params``; sweeps use ``init(init_seed)``, train runs ``init(seed)`` unless
@@ -171,6 +172,8 @@ class Study:
       configs_per_batch: grid points per compiled call (bounds memory; None: the whole grid), or a mapping
         from family name to that number (families not named: the whole grid); see :meth:`batch_for`.
       eval_every: train runs: rounds between evaluations (and checkpoints).
+      silo_models: sweeps: ``evaluate`` receives every silo's own model (leaves ``[num_silos, ...]``; see
+        :func:`jaxfl.engine.sweep.sweep`), for personalised algorithms evaluated per silo.
       form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
     """
 
@@ -195,6 +198,8 @@ class Study:
     variants: Mapping = dataclasses.field(default_factory=dict)
     configs_per_batch: int | Mapping[str, int | None] | None = None
     eval_every: int | None = None
+    silo_models: bool = False
+    data_per_panel: bool = False
     form: str = "full"
 
     def __getitem__(self, name):
@@ -340,7 +345,7 @@ def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: 
                  rounds=program.rounds, seeds=seeds, evaluate=study.evaluate, eval_data=trial.eval_data,
                  configs_per_batch=study.batch_for(family.name),
                  delta=None if family.accountant is None else trial.deltas, accountant=family.accountant or "rdp",
-                 constants=program.constants)
+                 constants=program.constants, silo_models=study.silo_models)
 
 
 def _fingerprint(study: Study, family: Family, program: Program, seeds: list) -> str:
@@ -453,6 +458,10 @@ def _combined(study: Study, rows: list[dict]) -> list[dict]:
     return out
 
 
+def _facts(info: Mapping) -> str:
+    return ", ".join(f"{k} {v}" for k, v in info.items() if not isinstance(v, (list, dict)))
+
+
 @dataclasses.dataclass
 class Outcome:
     """What :func:`run` produced: ``rows`` (selected rows, host values) and per-trial facts."""
@@ -472,10 +481,15 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
     for t in range(study.trials):
         t0 = time.perf_counter()
         parts_seconds, parts_reused = 0.0, 0
-        trial = study.data(study, t)
-        log(f"  trial {t + 1}/{study.trials}: " + ", ".join(f"{k} {v}" for k, v in trial.info.items()
-                                                            if not isinstance(v, (list, dict))))
+        trial = None if study.data_per_panel else study.data(study, t)
+        panel_info = {}
+        if trial is not None:
+            log(f"  trial {t + 1}/{study.trials}: " + _facts(trial.info))
         for p, panel in enumerate(study.panels):
+            if study.data_per_panel:
+                trial = study.data(study, t, panel)
+                panel_info[panel.label] = {"silo_sizes": np.asarray(trial.train.counts).tolist(), **trial.info}
+                log(f"  trial {t + 1}/{study.trials}, {panel.label}: " + _facts(trial.info))
             seeds = [study.seed(t, p, r) for r in range(study.reps)]
             best: dict = {}
             panel_rows = []
@@ -501,8 +515,12 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                             best[key] = row
             panel_rows += list(best.values())
             rows += panel_rows + _combined(study, panel_rows)
-        sizes = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
-        per_trial.append({"trial": t, **sizes, **trial.info, "seconds": time.perf_counter() - t0,
+        if study.data_per_panel:
+            facts = {"panels": panel_info}
+        else:
+            facts = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
+            facts.update(trial.info)
+        per_trial.append({"trial": t, **facts, "seconds": time.perf_counter() - t0,
                           "parts_seconds": parts_seconds, "parts_reused": parts_reused})
     return Outcome(study, rows, per_trial, time.perf_counter() - t_start,
                    sum(p["parts_seconds"] for p in per_trial), sum(p["parts_reused"] for p in per_trial))

@@ -21,6 +21,7 @@ from jaxfl.models.nets import (FEMNIST_CLASSES, FEMNIST_INPUT_SHAPE, FEMNIST_KAI
                                FEMNIST_PAPER_PARAMS, FEMNIST_VARIANTS, IMAGE28_INPUT_SHAPE, LENET5_INPUT_SHAPE,
                                LENET5_PARAMS, MNIST_CLASSES, FemnistCNN, MnistLeNet5, ParamBlock, femnist_error,
                                femnist_loss, lenet5_error, lenet5_loss, param_blocks)
+from jaxfl.models.nets import (TWO_HEAD_PARAMS, TwoHeadCNN, two_head_error, two_head_loss)  # noqa: E402
 
 __all__ = ["binary_accuracy", "init_linear", "linear", "logistic_loss", "multiclass_accuracy", "softmax_loss",
            "squared_loss", "per_example_loss",
@@ -30,4 +31,5 @@ __all__ = ["binary_accuracy", "init_linear", "linear", "logistic_loss", "multicl
            "WBCD_INPUT_SHAPE",
            "MnistLeNet5", "FemnistCNN", "ParamBlock", "param_blocks", "lenet5_loss", "lenet5_error", "femnist_loss",
            "femnist_error", "IMAGE28_INPUT_SHAPE", "LENET5_INPUT_SHAPE", "FEMNIST_INPUT_SHAPE", "MNIST_CLASSES",
-           "FEMNIST_CLASSES", "FEMNIST_VARIANTS", "LENET5_PARAMS", "FEMNIST_PAPER_PARAMS", "FEMNIST_KAIROUZ_PARAMS"]
+           "FEMNIST_CLASSES", "FEMNIST_VARIANTS", "LENET5_PARAMS", "FEMNIST_PAPER_PARAMS", "FEMNIST_KAIROUZ_PARAMS",
+           "TwoHeadCNN", "TWO_HEAD_PARAMS", "two_head_loss", "two_head_error"]

@@ -308,3 +308,64 @@ femnist_loss = per_example_loss(femnist_cnn, softmax_cross_entropy)
 another variant or class count use ``per_example_loss(FemnistCNN(...), softmax_cross_entropy)``."""
 lenet5_error = multiclass_error(lenet5)
 femnist_error = multiclass_error(femnist_cnn)
+
+
+# ------------------------------------------------------------------------------------------------
+# Seed 001 (joint DP): a two-conv CNN with two parallel heads whose logits are averaged
+
+
+class _Head(nn.Module):
+    """``Dense(hidden[0]) -> ReLU -> ... -> Dense(num_classes)`` (just the last layer for ``hidden=()``)."""
+
+    hidden: tuple = ()
+    num_classes: int = MNIST_CLASSES
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        for i, width in enumerate(self.hidden):
+            x = nn.relu(_dense(width, x.shape[-1], self.torch_init, f"dense{i}")(x))
+        return _dense(self.num_classes, x.shape[-1], self.torch_init, f"dense{len(self.hidden)}")(x)
+
+
+class TwoHeadCNN(nn.Module):
+    """Seed 001's MNIST / Fashion-MNIST network: ``x: [n, 28, 28, 1]`` -> logits ``[n, 10]``.
+
+    ``Conv(16, 5x5, pad 2) -> ReLU -> MaxPool 2x2 -> Conv(32, 5x5, pad 2) -> ReLU -> MaxPool 2x2 ->
+    flatten (7*7*32 = 1568)``, then two parallel heads ``fc1`` and ``fc2`` whose logits are averaged
+    ("two parallel FC layers; the final output is obtained by averaging", §4.1). ``conv1`` has 416 and
+    ``conv2`` 12,832 parameters, Table 2's counts. The paper gives FC1 17,248 parameters, which no
+    ``Linear(d -> 10)`` has (``(d + 1) * 10 = 17,248`` has no integer solution; digest §5.2): the default
+    head is ``Linear(1568 -> 10)``, 15,690 parameters, and ``head_hidden`` adds hidden layers to both
+    heads for anyone matching another count. Activations, pooling and padding are not stated in the paper
+    (ReLU, 2x2 max-pool and padding 2 are the choice that makes 1568 = 17,248 / 11 the flatten size).
+    Parameter paths: ``conv1``, ``conv2``, ``fc1/dense0``, ``fc2/dense0`` (a partition names ``fc1`` to make
+    the first head private). Flatten in HWC order.
+    """
+
+    num_classes: int = MNIST_CLASSES
+    head_hidden: tuple = ()
+    padding: int = 2
+    torch_init: bool = True
+    lax_conv: bool = False  # True: flax's default lax convolution (benchmarks, tests)
+
+    @nn.compact
+    def __call__(self, x):
+        t, p = self.torch_init, self.padding
+        pad = ((0, 0),) * (x.ndim - 3) + ((p, p), (p, p), (0, 0))
+        x = nn.relu(_conv(16, (5, 5), 5 * 5 * x.shape[-1], t, "conv1", self.lax_conv)(jnp.pad(x, pad)))
+        x = conv.max_pool_2x2(x)
+        x = nn.relu(_conv(32, (5, 5), 5 * 5 * 16, t, "conv2", self.lax_conv)(jnp.pad(x, pad)))
+        x = conv.max_pool_2x2(x)
+        x = x.reshape(x.shape[:-3] + (-1,))
+        heads = [_Head(tuple(self.head_hidden), self.num_classes, t, name=name)(x) for name in ("fc1", "fc2")]
+        return 0.5 * (heads[0] + heads[1])
+
+
+TWO_HEAD_PARAMS = {"conv1": 416, "conv2": 12_832, "fc1": 15_690, "fc2": 15_690}
+"""Per-layer parameter counts of the default :class:`TwoHeadCNN` (the paper's Table 2 has 416, 12,832 and
+17,248 for FC1; see the class docstring)."""
+two_head_cnn = TwoHeadCNN()
+two_head_loss = per_example_loss(two_head_cnn, softmax_cross_entropy)
+"""``(params, x: [28, 28, 1], y: int) -> scalar`` cross-entropy of the default :class:`TwoHeadCNN`."""
+two_head_error = multiclass_error(two_head_cnn)

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -70,12 +71,15 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
       x, y: a batch, ``[batch, ...]``.
       mask: ``[batch]`` weights, 1 on real records and 0 on padding (or a record's multiplicity).
-      clip_norm: ``C``; ``inf`` for non-private training.
+      clip_norm: ``C``; ``inf`` for non-private training (a Python ``inf`` skips the per-example norms: one
+        batched backward pass of the masked loss sum).
       method: ``"auto"`` (default): ghost norms for the flax ``Dense`` / ``Conv`` layers that allow them
         and ``vmap(grad)`` for every other parameter (:mod:`jaxfl.privacy.ghost`); ``"explicit"``:
         ``vmap(grad)`` for all parameters (:func:`explicit_clipped_grad_sum`). Both give the same sum to
         float rounding.
     """
+    if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
+        return _unclipped_sum(loss_fn, params, x, y, mask)
     if method == "explicit":
         return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
     if method != "auto":
@@ -83,6 +87,15 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
     from jaxfl.privacy.ghost import ghost_clipped_grad_sum  # ghost builds on this module's helpers
 
     return ghost_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
+
+
+def _unclipped_sum(loss_fn: PerExampleLoss, params, x, y, mask) -> ClippedSum:
+    """``clip_norm = inf`` (a Python number): the masked gradient sum as one batched backward pass, without
+    the per-example norms nothing needs."""
+    mask = jnp.asarray(mask, jnp.float32)
+    total = jax.grad(lambda p: jnp.sum(mask * jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x, y)))(params)
+    return ClippedSum(value=total, sensitivity=jnp.asarray(jnp.inf, jnp.float32), count=jnp.sum(mask),
+                      num_clipped=jnp.zeros((), jnp.float32))
 
 
 def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm) -> ClippedSum:

@@ -183,7 +183,113 @@ def test_privacy_is_stated_before_init_and_bad_splits_are_refused():
         personalized(loss, shared=LABELS, client_opt=optax.sgd(0.1), local_steps=1, noise_multiplier=1.0)
     with pytest.raises(ValueError, match="noise_on"):
         personalized(loss, shared=LABELS, client_opt=optax.sgd(0.1), local_steps=1, noise_on="private")
-    for bad, err in [({"body": "shared", "head": "shared"}, ValueError), ({"body": "shared", "head": "mine"}, ValueError),
+    with pytest.raises(ValueError, match="shared_gradient_at"):
+        personalized(loss, shared=LABELS, client_opt=optax.sgd(0.1), local_steps=1, shared_gradient_at="server")
+    with pytest.raises(ValueError, match="'shared' and 'private'"):
+        personalized(loss, shared=LABELS, client_opt={"shared": optax.sgd(0.1)}, local_steps=1)
+    with pytest.raises(ValueError, match="adds no noise"):
+        personalized(loss, shared={"body": "private", "head": "private"}, client_opt=optax.sgd(0.1), local_steps=1,
+                     clip_norm=1.0, noise_multiplier=1.0, noise_on="shared").init(init_mlp())
+    for bad, err in [({"body": "shared", "head": "mine"}, ValueError),
                      (lambda path, leaf: jnp.ndim(leaf) > 1 and jnp.sum(leaf) > 0, TypeError)]:
         with pytest.raises(err):
             personalized(loss, shared=bad, client_opt=optax.sgd(0.1), local_steps=1).init(init_mlp())
+
+
+ALL_SHARED = {"body": "shared", "head": "shared"}
+ALL_PRIVATE = {"body": "private", "head": "private"}
+
+
+def test_everything_private_is_per_silo_training():
+    """Every leaf private (seed 001's per-silo regime): silo 0's model in a federation of four equals, bitwise,
+    silo 0 trained alone (same records, same padding, same keys), and the server's model never moves."""
+    data = flipped_silos()
+    alg = personalized(loss, shared=ALL_PRIVATE, client_opt=optax.sgd(0.3), local_steps=3, sampling_rate=0.5)
+    alone = FederatedData(data.x[:1], data.y[:1], data.counts[:1])
+    (fed, _), (solo, _) = _run(alg, data, 3, 0, alone)
+    assert alg.privacy is None
+    for a, b, p0 in zip(_leaves(fed.silos), _leaves(solo.silos), _leaves(init_mlp())):
+        np.testing.assert_array_equal(a[0], b[0])
+        assert not np.array_equal(a[0], p0)
+    for a, p0 in zip(_leaves(fed.params), _leaves(init_mlp())):
+        np.testing.assert_array_equal(a, p0)
+
+
+@pytest.mark.slow  # ~7 s: second tier
+def test_nothing_private_is_full_dp_whichever_part_is_noised():
+    """Every leaf shared: noise_on="shared" is noise_on="all" (bitwise), both are DP Local SGD on the whole
+    model, and every silo evaluates the shared model (silo_params gives None)."""
+    data = flipped_silos()
+    kw = dict(shared=ALL_SHARED, client_opt=optax.sgd(0.3), local_steps=2, sampling_rate=0.5, clip_norm=0.7,
+              noise_multiplier=1.5)
+    a, _ = _run(personalized(loss, noise_on="shared", **kw), data, 2)
+    b, _ = _run(personalized(loss, noise_on="all", **kw), data, 2)
+    whole = local_sgd(loss, **{k: v for k, v in kw.items() if k != "shared"})
+    c, _ = _run(whole, data, 2)
+    for x, y, w in zip(_leaves(a.params), _leaves(b.params), _leaves(c.params)):
+        np.testing.assert_array_equal(x, y)
+        np.testing.assert_allclose(x, w, rtol=1e-5, atol=1e-6)
+    assert personalized(loss, noise_on="shared", **kw).silo_params(a) is None
+
+
+@pytest.mark.parametrize("at", [pytest.param("current", marks=pytest.mark.slow), "initial"])
+def test_shared_clipping_bound_excludes_the_private_part(at):
+    """noise_on="shared", full batches, one local step, no noise: the shared delta is exactly -lr times the mean
+    of the per-example shared gradients, each clipped to C on its own (the private part's gradient takes no part
+    in the norm), with the private part at the silo's own value ("current") or its initial one ("initial")."""
+    data = flipped_silos()
+    lr, c = 0.3, 0.05
+    alg = personalized(loss, shared=LABELS, client_opt=optax.sgd(lr), local_steps=1, clip_norm=c,
+                       noise_multiplier=0.0, noise_on="shared", shared_gradient_at=at)
+    state, _ = _run(alg, data, 1)
+    p0 = init_mlp()
+    deltas = []
+    for i, n in enumerate(SIZES):
+        grads = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(p0, data.x[i, :n], data.y[i, :n])["body"]
+        flat = np.concatenate([np.asarray(g).reshape(n, -1) for g in jax.tree_util.tree_leaves(grads)], axis=1)
+        norms = np.linalg.norm(flat, axis=1)
+        assert np.all(norms > c)  # every shared gradient is clipped
+        deltas.append(np.mean(flat * (c / norms)[:, None], axis=0))
+    expected = -lr * np.mean(deltas, axis=0)
+    got = np.concatenate([np.ravel(a - b) for a, b in zip(_leaves(state.params["body"]), _leaves(p0["body"]))])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-7)
+    assert np.linalg.norm(got) <= lr * c * (1 + 1e-5)
+
+
+def test_joint_dp_at_the_initial_private_part_is_dp_sgd_on_the_shared_part_and_is_stated():
+    """shared_gradient_at="initial": the shared model equals DP Local SGD on the shared leaves alone with the
+    private leaves frozen at their initial values (same keys, same noise), whatever the private parts learn;
+    the private parts never receive noise (one local step, fixed server: bitwise the noiseless run's); the
+    statement is each step's sampled Gaussian, as DP-SGD's."""
+    data = flipped_silos()
+    p0 = init_mlp()
+    kw = dict(client_opt=optax.sgd(0.3), local_steps=2, sampling_rate=0.5, clip_norm=0.7, noise_multiplier=1.5)
+    joint = personalized(loss, shared=LABELS, noise_on="shared", shared_gradient_at="initial", **kw)
+    frozen = local_sgd(lambda body, x, y: loss({"body": body, "head": p0["head"]}, x, y), **kw)
+    root = jax.random.key(3)
+    a = jax.jit(lambda s: run_rounds(joint, s, data, root, 0, 3))(initial_state(joint, p0, data.num_silos))[0]
+    b = jax.jit(lambda s: run_rounds(frozen, s, data, root, 0, 3))(frozen.init(p0["body"]))[0]
+    for x, y in zip(_leaves(a.params["body"]), _leaves(b.params)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert all(not np.array_equal(s[j], h) for s, h in zip(_leaves(a.silos), _leaves(p0["head"])) for j in range(4))
+    counts = np.asarray(data.counts)
+    assert joint.privacy(counts) == frozen.privacy(counts) and joint.name == "dp_personalized"
+    one = dict(kw, local_steps=1)
+    noisy, clean = (personalized(loss, shared=LABELS, noise_on="shared", shared_gradient_at="initial",
+                                 server_opt=optax.sgd(0.0), **dict(one, noise_multiplier=z)) for z in (1.5, 0.0))
+    (u, _), (v, _) = _run(noisy, data, 1), _run(clean, data, 1)
+    for x, y in zip(_leaves(u.silos), _leaves(v.silos)):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.slow  # ~3 s: second tier
+def test_client_opt_mapping_gives_each_part_its_own_optimizer():
+    """{"shared": sgd(a), "private": sgd(0)}: the private parts stay at their initial values while the shared
+    part trains as with sgd(a) on both parts."""
+    data = flipped_silos()
+    split, _ = _run(personalized(loss, shared=LABELS, client_opt={"shared": optax.sgd(0.3), "private": optax.sgd(0.0)},
+                                 local_steps=2, sampling_rate=0.5), data, 2)
+    for s, h in zip(_leaves(split.silos), _leaves(init_mlp()["head"])):
+        for j in range(len(SIZES)):
+            np.testing.assert_array_equal(s[j], h)
+    assert not np.array_equal(split.params["body"]["w"], init_mlp()["body"]["w"])

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from jaxfl.data import (EVEN_ODD_PAIRS, FederatedData, by_silo_ids, dirichlet, iid, label_pairs, load_mnist,
-                        one_class_per_silo, shards, sorted_by_target, train_test_split_per_silo)
+from jaxfl.data import (EVEN_ODD_PAIRS, FederatedData, by_silo_ids, choose_silo_classes, class_limited, dirichlet,
+                        iid, label_pairs, load_mnist, one_class_per_silo, shards, sorted_by_target,
+                        train_test_split_per_silo)
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -283,3 +284,59 @@ def test_nan_and_shape_mismatch_rejected():
         by_silo_ids(x, y, np.zeros(9, int))
     with pytest.raises(ValueError, match="no records"):
         iid(x[:0], y[:0], 1, seed=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# class_limited (seed 001's owners)
+
+
+@SETTINGS
+@given(n=st.integers(600, 1500), silos=st.integers(1, 40), k=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_class_limited_deals_equal_sizes_from_each_silos_own_classes(n, silos, k, seed):
+    """Sizes floor/ceil(total / silos) (the larger first), each silo's labels within its classes and spread
+    over them as evenly as its quota allows, no record twice; total <= k * (smallest class) always fits."""
+    x, y = records(n, 6, seed)
+    classes = choose_silo_classes(silos, np.unique(y), k, seed=seed)
+    assert classes.shape == (silos, k) and all(len(set(row)) == k for row in classes)
+    total = max(silos, min(n, k * int(np.bincount(y).min())))
+    fd = class_limited(x, y, classes, total=total, seed=seed)
+    check_layout(fd, x, y)
+    counts = np.asarray(fd.counts)
+    assert counts.sum() == total and counts.max() - counts.min() <= 1
+    assert list(counts) == sorted(counts, reverse=True)
+    ids = np.concatenate(silo_ids(fd))
+    assert len(np.unique(ids)) == len(ids)
+    for (xi, yi), row, m in zip(host_silos(fd), classes, counts):
+        assert set(yi.tolist()) <= set(row.tolist())
+        per_class = np.array([np.sum(yi == c) for c in row])
+        assert per_class.max() - per_class.min() <= 1 and per_class.sum() == m
+
+
+def test_class_limited_is_reproducible_and_reuses_the_classes_for_a_test_split():
+    x, y = records(3000, 10, 1)
+    xt, yt = records(1000, 10, 2)
+    classes = choose_silo_classes(12, np.arange(10), 8, seed=5)
+    a = class_limited(x, y, classes, total=2000, seed=3)
+    b = class_limited(x, y, classes, total=2000, seed=3)
+    np.testing.assert_array_equal(np.asarray(a.x), np.asarray(b.x))
+    test = class_limited(xt, yt, classes, total=500, seed=4)
+    for (_, yi), (_, yti), row in zip(host_silos(a), host_silos(test), classes):
+        assert set(yi.tolist()) | set(yti.tolist()) <= set(row.tolist())
+    assert not np.array_equal(np.asarray(class_limited(x, y, classes, total=2000, seed=4).x), np.asarray(a.x))
+
+
+def test_class_limited_names_bad_input():
+    x, y = records(200, 4, 0)
+    rows = np.array([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match="class 0 has"):
+        class_limited(x, y, np.array([[0], [0]]), total=200, seed=0)
+    with pytest.raises(ValueError, match="repeats a label"):
+        class_limited(x, y, np.array([[0, 0]]), seed=0)
+    with pytest.raises(ValueError, match="total=300 exceeds"):
+        class_limited(x, y, rows, total=300, seed=0)
+    with pytest.raises(ValueError, match="cannot fill"):
+        class_limited(x, y, np.zeros((3, 1), int), total=2, seed=0)
+    with pytest.raises(ValueError, match="unknown class 7"):
+        class_limited(x, y, np.array([[7]]), total=10, seed=0)
+    with pytest.raises(ValueError, match="classes_per_silo=5 exceeds"):
+        choose_silo_classes(3, np.arange(4), 5, seed=0)

@@ -187,3 +187,29 @@ def test_init_is_keyed():
     leaves = lambda t: jax.tree_util.tree_leaves(t)
     assert all(bool(jnp.array_equal(u, v)) for u, v in zip(leaves(a), leaves(b)))
     assert not all(bool(jnp.array_equal(u, v)) for u, v in zip(leaves(a), leaves(c)))
+
+
+@pytest.mark.slow  # ~8 s: second tier
+def test_two_head_cnn_matches_the_papers_conv_counts_and_averages_its_heads():
+    """Seed 001's CNN: conv1 416 and conv2 12,832 parameters (Table 2), each head Linear(1568 -> 10) (the
+    paper's 17,248 fits no such layer; digest §5.2); the output is the mean of the two heads' logits."""
+    from jaxfl.models import TWO_HEAD_PARAMS, TwoHeadCNN, num_params
+
+    model = TwoHeadCNN()
+    params = init_params(model, jax.random.PRNGKey(0), (28, 28, 1))["params"]
+    counts = {name: num_params(params[name]) for name in params}
+    assert counts == TWO_HEAD_PARAMS
+    assert counts["conv1"] == 16 * 1 * 5 * 5 + 16 and counts["conv2"] == 32 * 16 * 5 * 5 + 32
+    assert counts["fc1"] == 7 * 7 * 32 * 10 + 10
+    x = jax.random.uniform(jax.random.PRNGKey(1), (3, 28, 28, 1))
+    out = model.apply({"params": params}, x)
+    no_fc2 = jax.tree_util.tree_map(jnp.zeros_like, params["fc2"])
+    no_fc1 = jax.tree_util.tree_map(jnp.zeros_like, params["fc1"])
+    half1 = model.apply({"params": {**params, "fc2": no_fc2}}, x)
+    half2 = model.apply({"params": {**params, "fc1": no_fc1}}, x)
+    np.testing.assert_allclose(out, half1 + half2, rtol=1e-5, atol=1e-6)
+    lax = TwoHeadCNN(lax_conv=True).apply({"params": params}, x)
+    np.testing.assert_allclose(out, lax, rtol=1e-4, atol=1e-5)
+    wide = TwoHeadCNN(head_hidden=(11,))
+    p = init_params(wide, jax.random.PRNGKey(0), (28, 28, 1))["params"]
+    assert num_params(p["fc1"]) == 1568 * 11 + 11 + 11 * 10 + 10

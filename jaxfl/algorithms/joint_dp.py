@@ -1,0 +1,205 @@
+"""Seed 001's A_NSGD (Huang et al. 2023, Alg. 1): noisy single-record SGD for joint DP, on the engine.
+
+Owner ``j`` holds personal parameters ``x_j`` (its silo state, never noised or sent) and everyone shares
+``u``. Step ``t`` (one engine round) samples one owner ``j_t`` uniformly (:func:`jaxfl.engine.participation.
+uniform` with one participant) and one of its records ``z`` uniformly; the owner takes the single-record
+gradient ``g = clip(grad_{(x, u)} h(x_j, u, z), L)`` (the paper bounds it by the Lipschitz constant ``L``;
+``lipschitz=`` clips to it so the bound holds for any loss), updates ``x_j <- Pi_X(x_j - eta g_x)`` and
+sends ``g_u + b_t``, ``b_t ~ N(0, sigma^2 I_U)``; the server sets ``u <- Pi_U(u - eta (g_u + b_t))``. The
+output is the uniform average of the iterates ``t = 0 .. T-1`` (``silo_params`` gives every owner's averaged
+``(x_j, u)``; ``state.params`` is the last shared iterate).
+
+Noise calibration, both ways:
+
+* the paper's formula (line 2): ``sigma^2 = c^2 L^2 T log(1/delta) / (eps^2 m^2 n^2)`` with Lemma 3.2's
+  unspecified universal constant made explicit as ``c`` (:func:`paper_noise_multiplier`; ``c = 1`` is the
+  algorithm as printed, which is correct only up to that constant);
+* the accountant: the smallest ``z = sigma / L`` whose ``T`` steps of :func:`step_event` meet (eps, delta)
+  (:func:`calibrated_noise_multiplier`).
+
+**Privacy statement.** The u-gradient of a step on owner ``j`` is taken at ``x_j``, which depends on every
+record of owner ``j`` used so far; changing one record therefore moves later u-gradients too, which the
+paper's proof ignores (digest §3.1's caveat). The per-step event bounds the sensitivity only when ``grad_u h``
+does not depend on ``x``, i.e. ``h(x, u, z) = h_1(x, z) + h_2(u, z)``: ``separable=True`` declares that (as
+``lipschitz`` declares L), and only then does the algorithm state privacy (record level, replace-one, one
+:func:`step_event` per owner per step). Otherwise ``privacy`` is None and the paper's number is available
+from the functions above as what the paper claims, not as a guarantee.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxfl import checks
+from jaxfl.accounting.calibrate import calibrate
+from jaxfl.algorithms.personalized import has_leaves, merge, partition, shared_labels
+from jaxfl.engine import local
+from jaxfl.engine.participation import uniform
+from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
+from jaxfl.engine.rounds import make_round
+from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy.noise import gaussian_like
+
+_tmap = jax.tree_util.tree_map
+REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
+
+
+class AnsgdState(NamedTuple):
+    """Server state: ``params`` (shared leaves at the current ``u``, private leaves at their initial
+    values), ``u_sum`` (the sum of the shared iterates ``u^0 .. u^{round-1}``) and ``round`` (= t)."""
+
+    params: Any
+    u_sum: Any
+    round: jnp.ndarray
+
+
+class AnsgdSilo(NamedTuple):
+    """An owner's state: its current ``x`` (the private part), ``x_sum`` (the sum of its iterates up to
+    ``last``, exclusive) and ``last`` (the step up to which ``x_sum`` is summed; ``x`` has not changed
+    since)."""
+
+    x: Any
+    x_sum: Any
+    last: jnp.ndarray
+
+
+def paper_noise_multiplier(epsilon: float, delta: float, *, steps: int, records_per_owner: float, owners: int,
+                           constant: float = 1.0) -> float:
+    """``z = sigma / L = c sqrt(T log(1/delta)) / (eps m n)``: Alg. 1 line 2 (``sigma^2 = L^2 T log(1/delta) /
+    (eps^2 m^2 n^2)``) with Lemma 3.2's unspecified constant ``c`` (digest §3.1: Lemma 3.2 as printed lacks
+    the ``L`` and ``m`` factors of line 2; read as ``sigma >= c L sqrt(T log(1/delta)) / (eps m n)``)."""
+    epsilon = checks.epsilon("epsilon", epsilon)
+    delta = checks.delta("delta", delta, scalar=True)
+    steps = checks.positive_int("steps", steps)
+    m = checks.positive_float("records_per_owner", records_per_owner)
+    n = checks.positive_int("owners", owners)
+    return checks.positive_float("constant", constant) * math.sqrt(steps * math.log(1 / delta)) / (epsilon * m * n)
+
+
+def step_event(noise_multiplier: float, *, records_per_owner: int, owners: int) -> dp_accounting.DpEvent:
+    """One step as a record of an owner with ``m`` records sees it: used with probability ``1 / (n m)`` (one
+    owner of ``n``, then one record of ``m``), a Gaussian of std ``z L`` on its clipped gradient. One draw
+    with replacement is one draw without, so the event is ``SampledWithoutReplacementDpEvent(n m, 1,
+    GaussianDpEvent(z))`` under replace-one neighbours, which dp_accounting's RDP accountant supports (the
+    sensitivity ``2 L`` comes from the relation: :func:`jaxfl.accounting.events.clipped_sum_gaussian`)."""
+    m = checks.positive_int("records_per_owner", records_per_owner)
+    n = checks.positive_int("owners", owners)
+    return dp_accounting.SampledWithoutReplacementDpEvent(n * m, 1,
+                                                          dp_accounting.GaussianDpEvent(float(noise_multiplier)))
+
+
+def calibrated_noise_multiplier(epsilon: float, delta: float, *, steps: int, records_per_owner: int, owners: int,
+                                accountant: str = "rdp") -> float:
+    """The smallest ``z`` whose ``steps`` :func:`step_event` s are (eps, delta)-DP under replace-one
+    neighbours."""
+    steps = checks.positive_int("steps", steps)
+
+    def event(z):
+        return dp_accounting.SelfComposedDpEvent(step_event(z, records_per_owner=records_per_owner, owners=owners),
+                                                 steps)
+
+    return calibrate(event, epsilon, delta, accountant=accountant, neighboring_relation=REPLACE_ONE)
+
+
+def default_schedule(*, records_per_owner: int, owners: int, radius: float, lipschitz: float, shared_dim: int,
+                     epsilon: float, delta: float) -> tuple[int, float]:
+    """``(T, eta)``: ``T = m^2 n^2`` (Thm 3.1) and the step size the proof's two bounds balance at (derived in
+    digest §3.1; the paper states none): ``eta* = R / (L T sqrt(1/(m n) + l log(1/delta) / (eps^2 m^2 n^2)))``,
+    ``R = sqrt(n D_X^2 + D_U^2)`` the diameter of the joint parameter set, ``l`` the shared dimension."""
+    m = checks.positive_int("records_per_owner", records_per_owner)
+    n = checks.positive_int("owners", owners)
+    steps = (m * n) ** 2
+    spread = (1 / (m * n) + checks.positive_int("shared_dim", shared_dim) * math.log(1 / delta)
+              / (checks.epsilon("epsilon", epsilon) * m * n) ** 2)
+    return steps, checks.positive_float("radius", radius) / (
+        checks.positive_float("lipschitz", lipschitz) * steps * math.sqrt(spread))
+
+
+def _ball(radius):
+    if math.isinf(radius):
+        return lambda tree: tree
+    return lambda tree: optax.projections.projection_l2_ball(tree, radius)
+
+
+def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.0, lipschitz=math.inf,
+          shared_radius=math.inf, private_radius=math.inf, separable: bool = False, name: str = "ansgd"
+          ) -> FederatedAlgorithm:
+    """Builds A_NSGD (see the module docstring); one engine round is one step ``t``.
+
+    Args:
+      loss_fn: per-record loss ``(params, x, y) -> scalar`` on the whole model.
+      shared: which leaves are ``u`` (as :func:`jaxfl.algorithms.personalized.personalized`'s ``shared=``).
+      learning_rate: ``eta``, constant (see :func:`default_schedule`).
+      noise_multiplier: ``z``; the noise on the u-gradient has std ``z L``.
+      lipschitz: ``L``, the bound every single-record gradient is clipped to (inf: no clipping, allowed only
+        without noise).
+      shared_radius, private_radius: ``U`` and ``X`` as L2 balls of these radii around 0 (``D_U / 2``,
+        ``D_X / 2``; inf: unconstrained).
+      separable: declares ``grad_u h`` independent of ``x`` (see the module docstring); needed for a
+        privacy statement.
+    """
+    eta = checks.positive_float("learning_rate", learning_rate)
+    z = checks.non_negative_float("noise_multiplier", noise_multiplier)
+    clip = checks.positive_float("lipschitz", lipschitz, allow_inf=True)
+    if z > 0 and math.isinf(clip):
+        raise ValueError(f"noise_multiplier={noise_multiplier} needs a finite lipschitz bound to clip to")
+    project_u = _ball(checks.positive_float("shared_radius", shared_radius, allow_inf=True))
+    project_x = _ball(checks.positive_float("private_radius", private_radius, allow_inf=True))
+    sampler = local.make_sampler(batch_size=1)
+    part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
+
+    def init(params):
+        if not (has_leaves(part(params, True)) and has_leaves(part(params, False))):
+            raise ValueError("ansgd needs shared (u) and private (x) leaves")
+        return AnsgdState(params, _tmap(jnp.zeros_like, part(params, True)), jnp.zeros([], jnp.int32))
+
+    def init_silos(params, num_silos):
+        x = _tmap(lambda p: jnp.repeat(jnp.asarray(p)[None], num_silos, axis=0), part(params, False))
+        return AnsgdSilo(x, _tmap(jnp.zeros_like, x), jnp.zeros([num_silos], jnp.int32))
+
+    def client(sent, x, y, count, silo_key, *, silo_state):
+        params, t = sent
+        u, own = part(params, True), silo_state
+        g, info = local.noisy_gradient(lambda parts, xi, yi: loss_fn(merge(*parts), xi, yi), (u, own.x), x, y,
+                                       count, silo_key, 0, sampler=sampler, clip_norm=clip, noise_multiplier=0.0)
+        g_u, g_x = g
+        if z > 0:
+            noise = gaussian_like(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE), u, z * clip)
+            g_u = _tmap(jnp.add, g_u, noise)
+        x_sum = _tmap(lambda s, v: s + v * (t + 1 - own.last).astype(v.dtype), own.x_sum, own.x)
+        x_new = project_x(_tmap(lambda v, d: v - eta * d, own.x, g_x))
+        return g_u, info, AnsgdSilo(x_new, x_sum, t + 1)
+
+    def server(state, summed, ctx):
+        u = part(state.params, True)
+        u_new = project_u(_tmap(lambda v, d: v - eta * d, u, summed))
+        params = merge(u_new, part(state.params, False))
+        return AnsgdState(params, _tmap(jnp.add, state.u_sum, u), state.round + 1), {
+            "update_norm": optax.tree.norm(summed)}
+
+    def silo_params(state):
+        """Every owner's output ``(x_bar_j, u_bar)``: the averages of the iterates ``0 .. round-1``."""
+        t = state.server.round
+        scale = 1.0 / jnp.maximum(t, 1).astype(jnp.float32)
+        own = state.silos
+        x_bar = _tmap(lambda s, v: (s + v * (t - own.last).reshape((-1,) + (1,) * (v.ndim - 1)).astype(v.dtype))
+                      * scale, own.x_sum, own.x)
+        num_silos = own.last.shape[0]
+        u_bar = _tmap(lambda s: jnp.broadcast_to(s * scale, (num_silos,) + s.shape), state.server.u_sum)
+        return merge(u_bar, x_bar)
+
+    def privacy(counts):
+        owners = int(sum(1 for c in counts if c > 0))
+        return RoundPrivacy(events=tuple(step_event(z, records_per_owner=int(c), owners=owners)
+                                         for c in counts if c > 0), level="record", relation=REPLACE_ONE)
+
+    return FederatedAlgorithm(
+        init=init,
+        round=make_round(client, server, uniform(1), broadcast=lambda s: (s.params, s.round), silo_state=True),
+        privacy=privacy if z > 0 and separable else None, name=name, init_silos=init_silos,
+        silo_params=silo_params)

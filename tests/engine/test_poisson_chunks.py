@@ -1,0 +1,38 @@
+"""A chunked Poisson sampler draws the same sample as the plain one and sums the same clipped gradients,
+whatever the chunk (smaller than the sample: several passes; larger: one)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfl.engine import local
+
+
+def _loss(p, x, y):
+    return (jnp.tanh(x @ p["w"]) @ p["v"] - y) ** 2
+
+
+@pytest.mark.parametrize("chunk", [1, pytest.param(3, marks=pytest.mark.slow), pytest.param(64, marks=pytest.mark.slow)])
+def test_chunked_poisson_gradient_equals_the_masked_one(chunk):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(40, 4)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=40), jnp.float32)
+    params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "v": jnp.ones(3)}
+    key = jax.random.key(3)
+    plain, chunked = local.make_sampler(sampling_rate=0.3), local.make_sampler(sampling_rate=0.3, chunk=chunk)
+    for count in (40, 25, 0):
+        kw = dict(clip_norm=0.5, noise_multiplier=1.2)
+        a, info_a = jax.jit(lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 2, sampler=plain, **kw))(count)
+        b, info_b = jax.jit(lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 2, sampler=chunked, **kw))(count)
+        for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+            np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(info_a["clipped_fraction"], info_b["clipped_fraction"], rtol=1e-6)
+    mask = plain.draw(jax.random.key(0), 40, 40)
+    assert 0 < int(jnp.sum(mask)) < 40  # a real sample: more than one chunk at chunk=3
+
+
+def test_chunk_needs_a_poisson_rate():
+    with pytest.raises(ValueError, match="chunk needs a Poisson"):
+        local.make_sampler(batch_size=4, chunk=2)
+    with pytest.raises(ValueError, match="chunk must be >= 1"):
+        local.make_sampler(sampling_rate=0.5, chunk=0)

@@ -1,0 +1,83 @@
+"""huang-jdp studies: the owners' data, per-owner evaluation, the local schedule read from Table 3, and the
+quick forms end to end (every regime reported, the paper's method stated as not private, the stated regimes
+certified at the target)."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfl.data import from_silos
+from jaxfl.experiments import huang_jdp as H
+from jaxfl.models import nets
+
+
+def test_owners_split_ten_thousand_records_over_class_limited_owners():
+    train, test, classes = H.owners("mnist", 64, seed=0)
+    counts, test_counts = np.asarray(train.counts), np.asarray(test.counts)
+    assert counts.sum() == 10_000 and set(counts) == {156, 157} and test_counts.sum() == 5_000
+    assert classes.shape == (64, 8)
+    for j in range(64):
+        labels = set(np.asarray(train.y[j, :counts[j]]).tolist()) | set(np.asarray(test.y[j, :test_counts[j]]).tolist())
+        assert labels <= set(classes[j].tolist())
+    assert float(np.asarray(train.x).max()) <= 1.0 and train.x.shape[-3:] == (28, 28, 1)
+
+
+def test_each_owner_is_scored_on_its_own_split():
+    """Owner j's model predicts class j whatever the input (zero weights, a bias on logit j); owner j's split
+    holds 4 records of which j + 1 have label j: accuracy (j + 1) / 4, averaged without weights over owners."""
+    params = nets.init_params(nets.two_head_cnn, jax.random.PRNGKey(0), nets.IMAGE28_INPUT_SHAPE)
+    zero = jax.tree_util.tree_map(jnp.zeros_like, params)
+    models = jax.tree_util.tree_map(lambda a: jnp.stack([a] * 3), zero)
+    bias = jnp.stack([jnp.eye(10)[j] for j in range(3)])
+    models["params"]["fc1"]["dense0"]["bias"] = bias
+    x = np.zeros((4, 28, 28, 1), np.float32)
+    silos = [(x, np.array([j] * (j + 1) + [9] * (3 - j), np.int32)) for j in range(3)]
+    out = H.evaluate(models, {"test": from_silos(silos)})
+    assert float(out["test_accuracy"]) == pytest.approx(np.mean([(j + 1) / 4 for j in range(3)]))
+    assert float(out["test_error"]) == pytest.approx(1 - float(out["test_accuracy"]))
+
+
+def test_schedule_reads_table_3():
+    study = H.TABLE_1["mnist"]
+    s = H.schedule(study, 64)
+    assert s["rate"] == pytest.approx(32 * 64 / 10_000) and s["local_steps"] == 10 and s["rounds"] == 10
+    mean = s["rate"] * 157
+    assert s["chunk"] == 8 * math.ceil((mean + 3 * math.sqrt(mean * (1 - s["rate"]))) / 8)
+    assert H.schedule(study, 512)["rate"] == 1.0 and H.schedule(study, 512)["chunk"] == 20
+    epochs = study.form_of(variant="epochs")
+    assert H.schedule(epochs, 64)["local_steps"] == round(10 / s["rate"])
+
+
+@pytest.mark.slow
+def test_table1_quick_form_reports_every_regime(quick_results):
+    out, doc = quick_results["huang-jdp/table1-mnist"]
+    labels = {H.PER_SILO, H.NO_DP, H.FULL, H.JOINT, H.STATED}
+    for panel in ("n = 4", "n = 16"):
+        rows = {r["algorithm"]: r for r in doc["runs"] if r["panel"] == panel}
+        assert set(rows) == labels
+        assert rows[H.PER_SILO]["epsilon"] is None and rows[H.NO_DP]["epsilon"] is None
+        joint = rows[H.JOINT]["privacy"]
+        assert joint["epsilon_spent"] == "inf" and joint["stated"] is False and joint["paper_accounting_epsilon"] == 1.0
+        for name in (H.FULL, H.STATED):
+            assert 0.99 <= rows[name]["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
+        assert rows[H.FULL]["noise_multiplier"] == rows[H.JOINT]["noise_multiplier"] > 0
+        for r in rows.values():
+            assert 0.0 <= r["metrics"]["test_accuracy"] <= 1.0
+    summary = (out / "summary.md").read_text()
+    assert "Table 1 layout" in summary and "0.9445 ± 0.0069" in summary
+
+
+@pytest.mark.slow
+def test_tuning_quick_form_picks_the_lowest_validation_error(quick_results):
+    out, doc = quick_results["huang-jdp/tuning-mnist"]
+    assert {r["algorithm"] for r in doc["runs"]} == {H.NO_DP}
+    assert all(p["eval_split"] == "validation" for t in doc["config"]["per_trial"] for p in t["panels"].values())
+    errors = {}
+    for r in doc["runs"]:
+        errors.setdefault(r["learning_rate"], []).append(r["metrics"]["test_error"])
+    best = min(errors, key=lambda lr: (np.mean(errors[lr]), lr))
+    assert H.tuned_learning_rate("mnist", out) == pytest.approx(best)
+    with pytest.raises(ValueError, match="reproduce huang-jdp/tuning-mnist"):
+        H.tuned_learning_rate("mnist", out / "missing")
