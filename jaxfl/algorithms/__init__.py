@@ -5,17 +5,17 @@ Modules are named after the paper whose algorithms they hold, as in :mod:`jaxfl.
 MB-SGD with its calibrations, accelerated AC-SA one-pass / ERM / multi-stage, ISRL-DP Local SGD,
 shuffle-model variants); ``lowy_nonconvex`` seed 002's (prox-SGD/GD, FedProx-SVRG / PL-SVRG,
 FedProx-SPIDER, Alt Fed-SPIDER and their shuffle-model versions); ``dprec`` seed 004's DP-REC
-(relative-entropy-coded updates as the privacy mechanism); ``joint_dp`` seed 001's A_NSGD (its
+(relative-entropy-coded updates as the privacy mechanism); ``joint_dp`` seed 001's A_NSGD and A_NSSGD (its
 experiments' regimes are :func:`personalized` with different parameter partitions). ``prox`` holds the proximal operators they
 step with (composable with optax).
 """
 from jaxfl.algorithms import dprec, joint_dp, lowy_convex, lowy_nonconvex, prox
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.algorithms.dprec import dp_rec
-from jaxfl.algorithms.joint_dp import ansgd
+from jaxfl.algorithms.joint_dp import ansgd, nssgd
 from jaxfl.algorithms.personalized import personalized
 from jaxfl.algorithms.scaffold import scaffold
 from jaxfl.algorithms.sgd import local_sgd, minibatch_sgd
 
 __all__ = ["ansgd", "dp_fedavg", "dp_rec", "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
-           "personalized", "prox", "scaffold"]
+           "nssgd", "personalized", "prox", "scaffold"]

@@ -1,4 +1,5 @@
-"""Seed 001's A_NSGD (Huang et al. 2023, Alg. 1): noisy single-record SGD for joint DP, on the engine.
+"""Seed 001's A_NSGD (Huang et al. 2023, Alg. 1): noisy single-record SGD for joint DP, on the engine; and
+A_NSSGD (Alg. 2, Appendix B, :func:`nssgd`): per-user mean gradients through a private mean estimator.
 
 Owner ``j`` holds personal parameters ``x_j`` (its silo state, never noised or sent) and everyone shares
 ``u``. Step ``t`` (one engine round) samples one owner ``j_t`` uniformly (:func:`jaxfl.engine.participation.
@@ -34,6 +35,7 @@ import dp_accounting
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 
 from jaxfl import checks
 from jaxfl.accounting.calibrate import calibrate
@@ -43,6 +45,7 @@ from jaxfl.engine.participation import uniform
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_round
 from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy import mean_estimation
 from jaxfl.privacy.noise import gaussian_like
 
 _tmap = jax.tree_util.tree_map
@@ -126,36 +129,23 @@ def _ball(radius):
     return lambda tree: optax.projections.projection_l2_ball(tree, radius)
 
 
-def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.0, lipschitz=math.inf,
-          shared_radius=math.inf, private_radius=math.inf, separable: bool = False, name: str = "ansgd"
-          ) -> FederatedAlgorithm:
-    """Builds A_NSGD (see the module docstring); one engine round is one step ``t``.
-
-    Args:
-      loss_fn: per-record loss ``(params, x, y) -> scalar`` on the whole model.
-      shared: which leaves are ``u`` (as :func:`jaxfl.algorithms.personalized.personalized`'s ``shared=``).
-      learning_rate: ``eta``, constant (see :func:`default_schedule`).
-      noise_multiplier: ``z``; the noise on the u-gradient has std ``z L``.
-      lipschitz: ``L``, the bound every single-record gradient is clipped to (inf: no clipping, allowed only
-        without noise).
-      shared_radius, private_radius: ``U`` and ``X`` as L2 balls of these radii around 0 (``D_U / 2``,
-        ``D_X / 2``; inf: unconstrained).
-      separable: declares ``grad_u h`` independent of ``x`` (see the module docstring); needed for a
-        privacy statement.
-    """
+def _check_common(learning_rate, noise_multiplier, shared_radius, private_radius):
     eta = checks.positive_float("learning_rate", learning_rate)
     z = checks.non_negative_float("noise_multiplier", noise_multiplier)
-    clip = checks.positive_float("lipschitz", lipschitz, allow_inf=True)
-    if z > 0 and math.isinf(clip):
-        raise ValueError(f"noise_multiplier={noise_multiplier} needs a finite lipschitz bound to clip to")
     project_u = _ball(checks.positive_float("shared_radius", shared_radius, allow_inf=True))
     project_x = _ball(checks.positive_float("private_radius", private_radius, allow_inf=True))
-    sampler = local.make_sampler(batch_size=1)
+    return eta, z, project_u, project_x
+
+
+def _owner_sgd(shared, *, eta, project_u, project_x, gradient, privacy, name) -> FederatedAlgorithm:
+    """The loop A_NSGD and A_NSSGD share: one owner per round (uniform), which computes
+    ``gradient(u, x_own, x, y, count, silo_key) -> (message for u, g_x, info)``, steps its ``x`` (silo state)
+    and sends the message; the server steps ``u``; both keep the sums for the iterate averages."""
     part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
 
     def init(params):
         if not (has_leaves(part(params, True)) and has_leaves(part(params, False))):
-            raise ValueError("ansgd needs shared (u) and private (x) leaves")
+            raise ValueError(f"{name} needs shared (u) and private (x) leaves")
         return AnsgdState(params, _tmap(jnp.zeros_like, part(params, True)), jnp.zeros([], jnp.int32))
 
     def init_silos(params, num_silos):
@@ -164,16 +154,11 @@ def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.
 
     def client(sent, x, y, count, silo_key, *, silo_state):
         params, t = sent
-        u, own = part(params, True), silo_state
-        g, info = local.noisy_gradient(lambda parts, xi, yi: loss_fn(merge(*parts), xi, yi), (u, own.x), x, y,
-                                       count, silo_key, 0, sampler=sampler, clip_norm=clip, noise_multiplier=0.0)
-        g_u, g_x = g
-        if z > 0:
-            noise = gaussian_like(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE), u, z * clip)
-            g_u = _tmap(jnp.add, g_u, noise)
+        own = silo_state
+        message, g_x, info = gradient(part(params, True), own.x, x, y, count, silo_key)
         x_sum = _tmap(lambda s, v: s + v * (t + 1 - own.last).astype(v.dtype), own.x_sum, own.x)
         x_new = project_x(_tmap(lambda v, d: v - eta * d, own.x, g_x))
-        return g_u, info, AnsgdSilo(x_new, x_sum, t + 1)
+        return message, info, AnsgdSilo(x_new, x_sum, t + 1)
 
     def server(state, summed, ctx):
         u = part(state.params, True)
@@ -193,13 +178,104 @@ def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.
         u_bar = _tmap(lambda s: jnp.broadcast_to(s * scale, (num_silos,) + s.shape), state.server.u_sum)
         return merge(u_bar, x_bar)
 
+    return FederatedAlgorithm(
+        init=init,
+        round=make_round(client, server, uniform(1), broadcast=lambda s: (s.params, s.round), silo_state=True),
+        privacy=privacy, name=name, init_silos=init_silos, silo_params=silo_params)
+
+
+def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.0, lipschitz=math.inf,
+          shared_radius=math.inf, private_radius=math.inf, separable: bool = False, name: str = "ansgd"
+          ) -> FederatedAlgorithm:
+    """Builds A_NSGD (see the module docstring); one engine round is one step ``t``.
+
+    Args:
+      loss_fn: per-record loss ``(params, x, y) -> scalar`` on the whole model.
+      shared: which leaves are ``u`` (as :func:`jaxfl.algorithms.personalized.personalized`'s ``shared=``).
+      learning_rate: ``eta``, constant (see :func:`default_schedule`).
+      noise_multiplier: ``z``; the noise on the u-gradient has std ``z L``.
+      lipschitz: ``L``, the bound every single-record gradient is clipped to (inf: no clipping, allowed only
+        without noise).
+      shared_radius, private_radius: ``U`` and ``X`` as L2 balls of these radii around 0 (``D_U / 2``,
+        ``D_X / 2``; inf: unconstrained).
+      separable: declares ``grad_u h`` independent of ``x`` (see the module docstring); needed for a
+        privacy statement.
+    """
+    eta, z, project_u, project_x = _check_common(learning_rate, noise_multiplier, shared_radius, private_radius)
+    clip = checks.positive_float("lipschitz", lipschitz, allow_inf=True)
+    if z > 0 and math.isinf(clip):
+        raise ValueError(f"noise_multiplier={noise_multiplier} needs a finite lipschitz bound to clip to")
+    sampler = local.make_sampler(batch_size=1)
+
+    def gradient(u, x_own, x, y, count, silo_key):
+        g, info = local.noisy_gradient(lambda parts, xi, yi: loss_fn(merge(*parts), xi, yi), (u, x_own), x, y,
+                                       count, silo_key, 0, sampler=sampler, clip_norm=clip, noise_multiplier=0.0)
+        g_u, g_x = g
+        if z > 0:
+            noise = gaussian_like(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE), u, z * clip)
+            g_u = _tmap(jnp.add, g_u, noise)
+        return g_u, g_x, info
+
     def privacy(counts):
         owners = int(sum(1 for c in counts if c > 0))
         return RoundPrivacy(events=tuple(step_event(z, records_per_owner=int(c), owners=owners)
                                          for c in counts if c > 0), level="record", relation=REPLACE_ONE)
 
-    return FederatedAlgorithm(
-        init=init,
-        round=make_round(client, server, uniform(1), broadcast=lambda s: (s.params, s.round), silo_state=True),
-        privacy=privacy if z > 0 and separable else None, name=name, init_silos=init_silos,
-        silo_params=silo_params)
+    return _owner_sgd(shared, eta=eta, project_u=project_u, project_x=project_x, gradient=gradient,
+                      privacy=privacy if z > 0 and separable else None, name=name)
+
+
+def nssgd_event(noise_multiplier: float, *, owners: int) -> dp_accounting.DpEvent:
+    """One A_NSSGD step as a user of an owner sees it: the owner is one of ``n`` drawn uniformly, then its
+    users' mean goes through the private mean estimator (two Gaussians,
+    :func:`jaxfl.privacy.mean_estimation.winsorized_mean_event`); replace-one (user) neighbours."""
+    return dp_accounting.SampledWithoutReplacementDpEvent(checks.positive_int("owners", owners), 1,
+                                                          mean_estimation.winsorized_mean_event(noise_multiplier,
+                                                                                                noise_multiplier))
+
+
+def nssgd(loss_fn, *, shared, learning_rate: float, tau: float, bound: float, noise_multiplier: float = 0.0,
+          gamma: float = 1e-3, shared_radius=math.inf, private_radius=math.inf, separable: bool = False,
+          name: str = "nssgd") -> FederatedAlgorithm:
+    """Builds A_NSSGD (seed 001 Alg. 2, Appendix B) on data grouped by user
+    (:func:`jaxfl.data.group_by_user`: silo rows are users, ``x: [users, records_per_user, ...]``).
+
+    Step ``t``: one owner ``j`` (uniform); every user ``k`` of ``j`` gives its mean gradient ``X_k`` (line 4:
+    ``(r / m) sum`` over its ``m / r`` records); the u-part of the ``X_k`` goes through the private mean
+    estimator :func:`jaxfl.privacy.mean_estimation.winsorized_mean` (``tau``-concentrated, norms clipped to
+    ``bound``; the paper cites Levy et al. 2021 without stating it), the x-part is averaged exactly (joint DP
+    needs only ``u`` private; the paper leaves it open); then an SGD step on ``(x_j, u)`` (the paper's
+    "update" is unspecified), with projections and iterate averages as :func:`ansgd`. ``noise_multiplier``
+    is the estimator's ``z`` for both of its mechanisms (:func:`mean_estimation.calibrate_winsorized_mean`
+    per step). Privacy is stated (user level, :func:`nssgd_event` per step) only with ``separable=True``,
+    for the reason given in the module docstring.
+    """
+    eta, z, project_u, project_x = _check_common(learning_rate, noise_multiplier, shared_radius, private_radius)
+    tau = checks.positive_float("tau", tau)
+    bound = checks.positive_float("bound", bound)
+    if z <= 0:
+        raise ValueError(f"nssgd's mean estimator needs noise_multiplier > 0, got {noise_multiplier}")
+
+    def gradient(u, x_own, x, y, count, silo_key):
+        def user_grad(xs, ys):
+            return jax.grad(lambda parts: jnp.mean(jax.vmap(lambda a, b: loss_fn(merge(*parts), a, b))(xs, ys)))(
+                (u, x_own))
+
+        g_u, g_x = jax.vmap(user_grad)(x, y)                     # leaves [users, ...]
+        real = (jnp.arange(x.shape[0]) < count).astype(jnp.float32)
+        flat_u = jax.vmap(lambda g: ravel_pytree(g)[0])(g_u)       # [users, d_u]
+        estimate = mean_estimation.winsorized_mean(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE), flat_u,
+                                                   tau=tau, bound=bound, noise_multiplier=z, gamma=gamma, mask=real)
+        message = ravel_pytree(_tmap(lambda a: a[0], g_u))[1](estimate.mean)
+        inverse = 1.0 / jnp.maximum(jnp.sum(real), 1.0)
+        g_x = _tmap(lambda a: jnp.tensordot(real, a, axes=1) * inverse, g_x)
+        return message, g_x, {"winsorized": estimate.clipped.astype(jnp.float32)}
+
+    def privacy(counts):
+        owners = int(sum(1 for c in counts if c > 0))
+        # level "record": a row of the grouped data, i.e. one user
+        return RoundPrivacy(events=tuple(nssgd_event(z, owners=owners) for c in counts if c > 0), level="record",
+                            relation=REPLACE_ONE)
+
+    return _owner_sgd(shared, eta=eta, project_u=project_u, project_x=project_x, gradient=gradient,
+                      privacy=privacy if separable else None, name=name)

@@ -31,6 +31,9 @@ Choices the paper leaves open (digest §5), made here and recorded in ``results.
   clipping to 15, noise ``N(0, (z 15)^2)`` per step, FedAvg of the shared deltas; ``z`` is the smallest
   noise multiplier whose ``T E`` steps are (eps, 1e-4)-DP for one record (RDP accountant; owners' data are
   disjoint);
+* runs: the paper's 5 runs are 5 trials, each with its own draw of the owners' classes and records and
+  its own training randomness (one trial per compiled program: the runs of n = 512 do not fit in memory
+  together); the tables give mean ± std over them;
 * optimiser: plain SGD at a learning rate chosen by ``huang-jdp/tuning-DATASET``: FedAvg without DP (the
   no-DP regime only) over a learning-rate grid, scored on a validation split held out from the training
   owners' records (20 % of each owner's records; never the test split), at ``n`` = 16 and 128; the rate
@@ -41,22 +44,25 @@ a fixed learning rate (not tuned).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl.accounting.calibrate import noise_multiplier_for
+from jaxfl.accounting.calibrate import epsilon_for, noise_multiplier_for
+from jaxfl.accounting.group import group_privacy, record_level_target
 from jaxfl.algorithms import personalized
 from jaxfl.data import loaders
 from jaxfl.data.partition import choose_silo_classes, class_limited, train_test_split_per_silo
 from jaxfl.experiments.registry import register
-from jaxfl.experiments.report import Column, Report, Table
+from jaxfl.experiments.report import Column, Curve, Figure, Report, Table
 from jaxfl.experiments.study import Family, Panel, Program, Select, Study, Trial
 from jaxfl.models import nets
 
@@ -144,13 +150,27 @@ def evaluate(models, eval_data) -> dict:
 # The regimes
 
 
-REGIMES = {  # family -> (label, private layers or "all", noise_on, shared_gradient_at, private?)
-    "per_silo": (PER_SILO, "all", "all", "current", False),
-    "no_dp": (NO_DP, (), "all", "current", False),
-    "full_dp": (FULL, (), "all", "current", True),
-    "joint_dp": (JOINT, ("fc1",), "shared", "current", True),
-    "joint_dp_stated": (STATED, ("fc1",), "shared", "initial", True),
-}
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    """One regime of the paper: which layers are private (``"all"``: per-silo training), where the noise
+    goes (``noise_on``, ``shared_gradient_at``: :func:`jaxfl.algorithms.personalized`), whether it is DP and,
+    optionally, its own epsilons (default: the study's)."""
+
+    name: str
+    label: str
+    private_layers: Any = ()
+    noise_on: str = "all"
+    at: str = "current"
+    private: bool = False
+    epsilons: tuple | None = None
+
+
+REGIMES = {r.name: r for r in (
+    Regime("per_silo", PER_SILO, "all"),
+    Regime("no_dp", NO_DP),
+    Regime("full_dp", FULL, private=True),
+    Regime("joint_dp", JOINT, ("fc1",), "shared", private=True),
+    Regime("joint_dp_stated", STATED, ("fc1",), "shared", "initial", private=True))}
 
 
 def _layer(path) -> str:
@@ -163,13 +183,14 @@ def _shared(private_layers):
     return lambda path, leaf: _layer(path) not in private_layers
 
 
-def _build(regime: str, static: dict, *, epsilon, learning_rate, noise_multiplier=0.0):
+def _build(regime: Regime, static: dict, *, epsilon, learning_rate, noise_multiplier=0.0):
     del epsilon  # the noise multiplier carries it
-    _, private_layers, noise_on, at, private = REGIMES[regime]
-    return personalized(nets.two_head_loss, shared=_shared(private_layers), client_opt=optax.sgd(learning_rate),
-                        local_steps=static["local_steps"], sampling_rate=static["rate"], chunk=static["chunk"],
-                        clip_norm=CLIP if private else math.inf, noise_multiplier=noise_multiplier if private else 0.0,
-                        noise_on=noise_on, shared_gradient_at=at)
+    return personalized(nets.two_head_loss, shared=_shared(regime.private_layers),
+                        client_opt=optax.sgd(learning_rate), local_steps=static["local_steps"],
+                        sampling_rate=static["rate"], chunk=static["chunk"],
+                        clip_norm=CLIP if regime.private else math.inf,
+                        noise_multiplier=noise_multiplier if regime.private else 0.0, noise_on=regime.noise_on,
+                        shared_gradient_at=regime.at)
 
 
 def schedule(study: Study, n: int) -> dict:
@@ -184,41 +205,60 @@ def schedule(study: Study, n: int) -> dict:
     return {"local": local, "rounds": rounds, "rate": rate, "local_steps": steps, "chunk": chunk}
 
 
-def _programs(regime: str):
+def _records_per_user(panel: Panel) -> int:
+    return dict(panel.values).get("records_per_user", 1)
+
+
+def _programs(regime: Regime):
     def programs(study: Study, panel: Panel, trial: Trial):
         s = schedule(study, panel["owners"])
+        k = _records_per_user(panel)
         static = (("local_steps", s["local_steps"]), ("rate", s["rate"]), ("chunk", s["chunk"]))
         columns = {"table3_E": s["local"], "local_unit": study["local_unit"], "rounds": s["rounds"],
-                   "sampling_rate": s["rate"], "local_steps": s["local_steps"]}
+                   "sampling_rate": s["rate"], "local_steps": s["local_steps"], "private_layers":
+                   regime.private_layers if isinstance(regime.private_layers, str) else ",".join(regime.private_layers)}
         rates = study["learning_rates"]() if callable(study["learning_rates"]) else study["learning_rates"]
-        if not REGIMES[regime][4]:
+        if not regime.private:
             grid = {"epsilon": [0.0], "learning_rate": list(rates)}
         else:
             steps = s["rounds"] * s["local_steps"]
-            grid = [{"epsilon": eps, "learning_rate": lr,
-                     "noise_multiplier": noise_multiplier_for(eps, s["rate"], steps, DELTA)}
-                    for eps in study["epsilons"] for lr in rates]
+            grid = []
+            for eps in regime.epsilons or study["epsilons"]:
+                # user level (k records per user) by the paper's group privacy: record level at eps / k,
+                # delta / (k e^eps) (Lemma 3.6 as printed, jaxfl.accounting.group)
+                eps_r, delta_r = record_level_target(eps, DELTA, k, bound="paper") if k > 1 else (eps, DELTA)
+                z = noise_multiplier_for(eps_r, s["rate"], steps, delta_r)
+                grid += [{"epsilon": eps, "learning_rate": lr, "noise_multiplier": z} for lr in rates]
         return [Program(static, grid, s["rounds"], columns=columns)]
 
     return programs
 
 
-def _describe(regime: str):
+def _describe(regime: Regime):
     def describe(study: Study, panel, trial: Trial, program: Program, row: dict) -> dict:
-        if regime != "joint_dp" or not row["private"]:
+        if not row["private"]:
             return {}
         s = schedule(study, panel["owners"])
-        # The epsilon the paper's accounting gives this run (its calibration target); not a guarantee.
-        return {"privacy": {"stated": False, "paper_accounting_epsilon": row["epsilon"],
-                            "paper_accounting_steps": s["rounds"] * s["local_steps"]}}
+        k = _records_per_user(panel)
+        privacy = {"records_per_user": k}
+        if k > 1:  # the run's record-level epsilon at delta', and the user-level (eps, delta) it gives
+            eps_r, delta_r = record_level_target(row["epsilon"], DELTA, k, bound="paper")
+            spent = epsilon_for(row["noise_multiplier"], s["rate"], s["rounds"] * s["local_steps"], delta_r)
+            user = group_privacy(spent, delta_r, k, bound="paper")
+            privacy.update({"user_level": "group privacy (Lemma 3.6 as printed)", "record_level_target": [eps_r, delta_r],
+                            "record_level_epsilon": spent, "user_level_epsilon": user[0], "user_level_delta": user[1]})
+        if regime.noise_on == "shared" and regime.at == "current":
+            # The epsilon the paper's accounting gives this run (its calibration target); not a guarantee.
+            privacy.update({"stated": False, "paper_accounting_epsilon": row["epsilon"],
+                            "paper_accounting_steps": s["rounds"] * s["local_steps"]})
+        return {"privacy": privacy}
 
     return describe
 
 
 def _families(regimes):
-    return tuple(Family(name, REGIMES[name][0], functools.partial(_build, name), _programs(name),
-                        accountant="rdp" if REGIMES[name][4] else None, describe=_describe(name))
-                 for name in regimes)
+    return tuple(Family(r.name, r.label, functools.partial(_build, r), _programs(r),
+                        accountant="rdp" if r.private else None, describe=_describe(r)) for r in regimes)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -291,14 +331,14 @@ def _report(dataset: str, notes) -> Report:
     return Report(table=Table(columns=columns, metric="test_accuracy", metric_name="test accuracy",
                               references=(PER_SILO, NO_DP), scale=100, digits=2, over="seeds",
                               reference_value="mean_std"),
-                  header="{name}, {panel}: {trials} trial x {reps} run(s) ({form} form)", notes=notes)
+                  header="{name}, {panel}: {trials} run(s) ({form} form)", notes=notes)
 
 
 SETTINGS = {"records": 10_000, "test_records": 5_000, "batch": BATCH, "table3": TABLE3,
             "local_unit": "iterations", "validation": 0.0, "epsilons": (1.0,)}
 EPOCHS_VARIANT = {"settings": {"local_unit": "epochs"},
                   "config": {"note": "Table 3's E read as local epochs (its header) instead of iterations"}}
-QUICK = {"reps": 1, "panels": (Panel("n = 4", (("owners", 4),)), Panel("n = 16", (("owners", 16),))),
+QUICK = {"trials": 1, "reps": 1, "panels": (Panel("n = 4", (("owners", 4),)), Panel("n = 16", (("owners", 16),))),
          "settings": {"records": 1_000, "test_records": 500, "table3": {4: (1, 2), 16: (1, 2)},
                       "learning_rates": (0.05,)},
          "config": {"note": "quick form: 1,000 records, one local step, two rounds, one run, learning rate fixed at "
@@ -314,10 +354,11 @@ def _tuning(dataset: str) -> Study:
         name=f"huang-jdp/tuning-{dataset}",
         description=f"seed 001: learning rate of plain SGD for every regime, tuned on the no-DP regime's "
                     f"validation error ({dataset}, n = 16 and 128)",
-        data=_trial, data_per_panel=True, families=_families(("no_dp",)), evaluate=evaluate, silo_models=True,
+        data=_trial, data_per_panel=True, families=_families((REGIMES["no_dp"],)), evaluate=evaluate, silo_models=True,
         init=lambda seed: nets.init_params(nets.two_head_cnn, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE),
         report=_report(dataset, _tuning_notes), panels=_panels((16, 128)), select=Select(score=None),
-        reps=1, settings={**SETTINGS, "dataset": dataset, "validation": 0.2, "learning_rates": (0.01, 0.03, 0.1, 0.3)},
+        reps=1, configs_per_batch=1,
+        settings={**SETTINGS, "dataset": dataset, "validation": 0.2, "learning_rates": (0.01, 0.03, 0.1, 0.3)},
         config={"paper": PAPER, "procedure": "no-DP regime only, validation split of the training owners"},
         quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.03, 0.1)}})
 
@@ -326,16 +367,130 @@ def _table1(dataset: str) -> Study:
     return Study(
         name=f"huang-jdp/table1-{dataset}",
         description=f"seed 001 Table 1 ({dataset}): per-silo, no-DP, full-DP and joint-DP (eps 1) over n owners",
-        data=_trial, data_per_panel=True, families=_families(tuple(REGIMES)), evaluate=evaluate, silo_models=True,
+        data=_trial, data_per_panel=True, families=_families(tuple(REGIMES.values())), evaluate=evaluate,
+        silo_models=True,
         init=lambda seed: nets.init_params(nets.two_head_cnn, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE),
         report=_report(dataset, _table1_notes(dataset)), panels=_panels(sorted(TABLE3)), select=Select(score=None),
-        reps=5, seed=lambda trial, panel, rep: rep,
+        trials=5, seed=lambda trial, panel, rep: trial, configs_per_batch=1,
         settings={**SETTINGS, "dataset": dataset,
                   "learning_rates": lambda: (tuned_learning_rate(dataset),)},
         config={"paper": PAPER, "delta": DELTA, "clip": CLIP, "batch": BATCH,
                 "learning_rate": "huang-jdp/tuning-" + dataset},
         quick=QUICK, variants={"epochs": EPOCHS_VARIANT})
 
+
+# ------------------------------------------------------------------------------------------------
+# Table 2 (which layers are private), Table 4 (records per user), Figure 1 (epsilon)
+
+LAYERS = ("conv1", "conv2", "fc1")
+TABLE2 = {(): ("0", "0.7399 ± 0.0324"), ("conv1",): ("416", "0.7240 ± 0.0130"),
+          ("conv2",): ("12,832", "0.7090 ± 0.0014"), ("conv1", "conv2"): ("13,248", "0.1863 ± 0.0329"),
+          ("fc1",): ("17,248", "0.7835 ± 0.0136"), ("conv1", "fc1"): ("17,664", "0.6606 ± 0.0259"),
+          ("conv2", "fc1"): ("30,080", "0.7291 ± 0.0320"), ("conv1", "conv2", "fc1"): ("30,496", "0.1727 ± 0.0419")}
+"""Table 2 (MNIST, joint DP at eps 1; FC2 always shared): private layers -> (paper's parameter count, accuracy)."""
+TABLE4 = {(4, 1): ("0.4444 ± 0.0844", "0.4658 ± 0.0307", "0.5841 ± 0.0656", "0.8103 ± 0.0177"),
+          (4, 2): ("0.2867 ± 0.0387", "0.3297 ± 0.0256", "0.5011 ± 0.0616", "0.6576 ± 0.0502"),
+          (4, 5): ("0.1986 ± 0.0479", "0.2064 ± 0.0470", "0.2867 ± 0.0315", "0.4802 ± 0.0365"),
+          (4, 10): ("0.1526 ± 0.0022", "0.1708 ± 0.0262", "0.2644 ± 0.0656", "0.3709 ± 0.0581"),
+          (4, 20): ("0.1517 ± 0.0438", "0.1691 ± 0.0628", "0.1864 ± 0.0318", "0.2741 ± 0.0196"),
+          (256, 1): ("0.7399 ± 0.0324", "0.7835 ± 0.0136", "0.8124 ± 0.0262", "0.8896 ± 0.0124"),
+          (256, 2): ("0.2606 ± 0.0259", "0.3930 ± 0.0622", "0.6962 ± 0.0375", "0.8160 ± 0.0218"),
+          (256, 5): ("0.1700 ± 0.0154", "0.2517 ± 0.0355", "0.3715 ± 0.0642", "0.7020 ± 0.0964"),
+          (256, 10): ("0.1450 ± 0.0227", "0.1603 ± 0.0204", "0.2764 ± 0.0620", "0.4703 ± 0.1100"),
+          (256, 20): ("0.1089 ± 0.0264", "0.1297 ± 0.0082", "0.2400 ± 0.0329", "0.2941 ± 0.0659")}
+"""Table 4 (MNIST, m/r records per user): (n, m/r) -> full DP eps 1, joint DP eps 1, 3, 8."""
+
+
+def _layers_label(private: tuple) -> str:
+    return "private: " + (", ".join(private) if private else "none (full DP)")
+
+
+def _table2_regimes() -> tuple:
+    out = []
+    for private in TABLE2:
+        if not private:
+            out.append(Regime("layers-none", _layers_label(private), private=True))
+        else:
+            out.append(Regime("layers-" + "-".join(private), _layers_label(private), private, "shared", private=True))
+    return tuple(out)
+
+
+def _records_table(title: str, header: tuple, rows) -> list[str]:
+    """A markdown table: ``rows`` of ``(cells...)``."""
+    return [title, "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|",
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
+def _accuracy(doc: dict, panel: str, label: str, eps=None) -> str:
+    values = [x for r in doc["runs"] if r["panel"] == panel and r["algorithm"] == label
+              and (eps is None or r["epsilon"] == eps)
+              for x in r["metrics"].get("test_accuracy_seeds", [r["metrics"]["test_accuracy"]])]
+    return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if values else "-"
+
+
+def _table2_notes(doc: dict) -> str:
+    panel = next(iter(dict.fromkeys(r["panel"] for r in doc["runs"])), "")
+    counts = nets.TWO_HEAD_PARAMS
+    rows = [(*("Yes" if layer in private else "No" for layer in LAYERS),
+             f"{sum(counts[layer] for layer in private):,} \\| {paper[0]}",
+             f"{_accuracy(doc, panel, _layers_label(private))} \\| {paper[1]}") for private, paper in TABLE2.items()]
+    return "\n".join(_records_table(f"Table 2 layout ({panel}; joint DP eps 1; ours | paper):",
+                                     ("Conv1 individual", "Conv2 individual", "FC1 individual",
+                                      "individual parameters", "test accuracy"), rows))
+
+
+def _table4_notes(doc: dict) -> str:
+    rows = []
+    for (n, k), paper in TABLE4.items():
+        panel = f"n = {n}, m/r = {k}"
+        cells = [_accuracy(doc, panel, FULL, 1.0)] + [_accuracy(doc, panel, JOINT, e) for e in (1.0, 3.0, 8.0)]
+        rows.append((n, k, *(f"{c} \\| {p}" for c, p in zip(cells, paper))))
+    return "\n".join(_records_table("Table 4 layout (MNIST; user level by group privacy; ours | paper):",
+                                     ("n", "m/r", "full-DP eps 1", "joint-DP eps 1", "joint-DP eps 3",
+                                      "joint-DP eps 8"), rows))
+
+
+def _variant_study(name, description, *, regimes, panels, notes, settings=None, figure=None, config=None,
+                   quick_panels=QUICK["panels"]):
+    base = _table1("mnist")
+    columns = tuple(Column(f"{r.label} (%)", r.label, "mean_std") for r in regimes if r.private)
+    report = Report(table=Table(columns=columns, metric="test_accuracy", metric_name="test accuracy",
+                                references=tuple(r.label for r in regimes if not r.private), scale=100, digits=2,
+                                over="seeds", reference_value="mean_std"),
+                    figure=figure, header="{name}, {panel}: {trials} run(s) ({form} form)", notes=notes)
+    return dataclasses.replace(
+        base, name=name, description=description, families=_families(regimes), panels=panels, report=report,
+        settings={**base.settings, **(settings or {})}, config={**base.config, **(config or {})},
+        quick={**QUICK, "panels": quick_panels}, variants={})
+
+
+TABLE_2 = register(_variant_study(
+    "huang-jdp/table2", "seed 001 Table 2 (MNIST): which layers are private under joint DP (eps 1), n = 256",
+    regimes=_table2_regimes(), panels=(Panel("n = 256", (("owners", 256),)),), notes=_table2_notes,
+    quick_panels=(Panel("n = 4", (("owners", 4),)),),
+    config={"panel": "n = 256: Table 2's numbers equal Table 1's n = 256 entries (its caption says 128, digest "
+                      "§5.6)"}))
+
+TABLE_4 = register(_variant_study(
+    "huang-jdp/table4", "seed 001 Table 4 (MNIST): records per user m/r in {1, 2, 5, 10, 20}, full DP at eps 1 "
+                        "and joint DP at eps 1, 3, 8, n = 4 and 256 (user level by group privacy)",
+    regimes=(dataclasses.replace(REGIMES["full_dp"], epsilons=(1.0,)),
+             dataclasses.replace(REGIMES["joint_dp"], epsilons=(1.0, 3.0, 8.0))),
+    panels=tuple(Panel(f"n = {n}, m/r = {k}", (("owners", n), ("records_per_user", k)))
+                 for n, k in TABLE4), notes=_table4_notes,
+    quick_panels=tuple(Panel(f"n = 4, m/r = {k}", (("owners", 4), ("records_per_user", k))) for k in (1, 2)),
+    config={"user_level": "record-level DP-SGD calibrated to (eps / k, delta / (k e^eps)) (the paper's group "
+                          "privacy, jaxfl.accounting.group.record_level_target(bound='paper')); per-silo and no-DP "
+                          "do not depend on m/r: Table 1's rows"}))
+
+FIGURE_1 = register(_variant_study(
+    "huang-jdp/figure1", "seed 001 Figure 1 (MNIST): full DP vs joint DP over eps in {1, 2, 5, 10, 100}, per n, "
+                         "with per-silo training for reference",
+    regimes=(REGIMES["per_silo"], REGIMES["full_dp"], REGIMES["joint_dp"]), panels=_panels(sorted(TABLE3)),
+    notes=None, settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
+    figure=Figure(curves=(Curve(FULL, {"color": "C0", "marker": "o"}), Curve(JOINT, {"color": "C1", "marker": "s"}),
+                          Curve(PER_SILO, {"color": "gray", "linestyle": "--"}, line=True)),
+                  title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy")))
 
 TUNING = {d: register(_tuning(d)) for d in ("mnist", "fashion-mnist")}
 TABLE_1 = {d: register(_table1(d)) for d in ("mnist", "fashion-mnist")}

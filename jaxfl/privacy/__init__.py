@@ -1,5 +1,6 @@
-"""Privacy primitives: keyed randomness, per-example clipping, Gaussian noise, optax transforms."""
-from jaxfl.privacy import ghost, keys, normal, shuffle
+"""Privacy primitives: keyed randomness, per-example clipping, Gaussian noise, optax transforms, private mean
+estimation."""
+from jaxfl.privacy import ghost, keys, mean_estimation, normal, shuffle
 from jaxfl.privacy.clipping import (ClippedSum, clip_by_global_norm, clip_update, clipped_grad_sum,
                                     explicit_clipped_grad_sum, per_example_grads)
 from jaxfl.privacy.keys import SERVER, Purpose
@@ -9,5 +10,5 @@ from jaxfl.privacy.transforms import differentially_private_aggregate, gaussian_
 __all__ = [
     "keys", "Purpose", "SERVER", "ClippedSum", "clip_by_global_norm", "clip_update", "clipped_grad_sum",
     "explicit_clipped_grad_sum", "ghost", "normal", "per_example_grads", "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
-    "differentially_private_aggregate", "gaussian_noise", "shuffle",
+    "differentially_private_aggregate", "gaussian_noise", "shuffle", "mean_estimation",
 ]

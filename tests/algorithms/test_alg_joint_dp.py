@@ -1,5 +1,6 @@
 """A_NSGD (seed 001 Alg. 1): the trajectory and iterate averages against a NumPy replay of the same draws,
-noise on u only, the paper's calibration and the accountant's, and a statement only for separable losses."""
+noise on u only, the paper's calibration and the accountant's, and a statement only for separable losses;
+A_NSSGD (Alg. 2) against a replay of its owner-mean steps."""
 import math
 
 import dp_accounting
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 
 from jaxfl.accounting import make_accountant
-from jaxfl.algorithms.joint_dp import (ansgd, calibrated_noise_multiplier, default_schedule,
+from jaxfl.algorithms.joint_dp import (ansgd, calibrated_noise_multiplier, default_schedule, nssgd, nssgd_event,
                                        paper_noise_multiplier, step_event)
-from jaxfl.data import from_silos
+from jaxfl.data import from_silos, group_by_user
 from jaxfl.engine import initial_state, run_rounds
 from jaxfl.engine.participation import uniform
 from jaxfl.privacy import keys
@@ -120,3 +121,31 @@ def test_calibrations():
                               epsilon=eps, delta=delta)
     assert t == (m * n) ** 2
     assert eta == pytest.approx(2.0 / (1.5 * t * math.sqrt(1 / (m * n) + 10 * math.log(1 / delta) / (eps * m * n) ** 2)))
+
+
+@pytest.mark.slow  # ~4 s: second tier
+def test_nssgd_with_negligible_noise_steps_on_the_owners_mean_gradient():
+    """A_NSSGD on users of 2 records, tau and the norm bound large enough that nothing is winsorised and the
+    noise negligible: each step is SGD on (x_j, u) with owner j's mean gradient over its users' records
+    (NumPy replay on the same owner draws), and the privacy statement needs separable=True."""
+    data = group_by_user(_data(), 2)
+    root, rounds, eta = jax.random.key(2), 6, 0.3
+    alg = nssgd(coupled, shared=SHARED, learning_rate=eta, tau=50.0, bound=100.0, noise_multiplier=1e-10)
+    state, info = jax.jit(lambda s: run_rounds(alg, s, data, root, 0, rounds))(initial_state(alg, _params(), 3))
+    counts = np.asarray(data.counts)
+    x = np.tile(np.asarray(_params()["x"], np.float64), (3, 1))
+    u = np.asarray(_params()["u"], np.float64)
+    for t in range(rounds):
+        j = int(np.flatnonzero(np.asarray(uniform(1)(keys.round_key(root, t), data.counts)))[0])
+        records = np.asarray(data.x[j, :counts[j]], np.float64).reshape(-1, D)
+        g = x[j] + u - records.mean(axis=0)
+        x[j], u = x[j] - eta * g, u - eta * g
+    np.testing.assert_allclose(state.params["u"], u, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(state.silos.x["x"], x, rtol=1e-4, atol=1e-5)
+    assert float(np.max(info["winsorized"])) == 0.0
+    assert alg.privacy is None
+    stated = nssgd(coupled, shared=SHARED, learning_rate=eta, tau=1.0, bound=5.0, noise_multiplier=2.0,
+                   separable=True).privacy(counts)
+    assert stated.events == (nssgd_event(2.0, owners=3),) * 3 and stated.relation.name == "REPLACE_ONE"
+    with pytest.raises(ValueError, match="noise_multiplier > 0"):
+        nssgd(coupled, shared=SHARED, learning_rate=eta, tau=1.0, bound=5.0)

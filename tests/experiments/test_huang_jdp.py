@@ -81,3 +81,37 @@ def test_tuning_quick_form_picks_the_lowest_validation_error(quick_results):
     assert H.tuned_learning_rate("mnist", out) == pytest.approx(best)
     with pytest.raises(ValueError, match="reproduce huang-jdp/tuning-mnist"):
         H.tuned_learning_rate("mnist", out / "missing")
+
+
+@pytest.mark.slow
+def test_table4_quick_form_calibrates_user_level_by_group_privacy(quick_results):
+    """m/r = 2: full and joint DP are calibrated to the record-level (eps / 2, delta / (2 e^eps)) of Lemma 3.6
+    as printed; the accountant certifies eps / 2 at that delta for the run, which group privacy turns into the
+    user-level (eps, delta); more noise than at m/r = 1; joint DP runs at eps 1, 3 and 8."""
+    from jaxfl.accounting.calibrate import noise_multiplier_for
+
+    _, doc = quick_results["huang-jdp/table4"]
+    runs = {(r["panel"], r["algorithm"], r["epsilon"]): r for r in doc["runs"]}
+    assert {e for (p, a, e) in runs if a == H.JOINT} == {1.0, 3.0, 8.0}
+    one, two = runs[("n = 4, m/r = 1", H.FULL, 1.0)], runs[("n = 4, m/r = 2", H.FULL, 1.0)]
+    target = (0.5, 1e-4 / (2 * math.e))
+    assert two["privacy"]["record_level_target"] == pytest.approx(list(target))
+    assert 0.49 <= two["privacy"]["record_level_epsilon"] <= 0.5 + 1e-9
+    assert 0.98 <= two["privacy"]["user_level_epsilon"] <= 1.0 + 1e-9
+    assert two["privacy"]["user_level_delta"] == pytest.approx(  # k e^{k eps'} delta / (k e^eps)
+        1e-4 * math.exp(2 * two["privacy"]["record_level_epsilon"] - 1.0), rel=1e-9)
+    assert "record_level_target" not in one["privacy"]
+    steps = two["rounds"] * two["local_steps"]
+    assert two["noise_multiplier"] == pytest.approx(noise_multiplier_for(*target[:1], two["sampling_rate"], steps,
+                                                                         target[1]), rel=1e-6)
+    assert two["noise_multiplier"] > one["noise_multiplier"]
+    assert runs[("n = 4, m/r = 2", H.JOINT, 3.0)]["privacy"]["paper_accounting_epsilon"] == 3.0
+
+
+@pytest.mark.slow
+def test_table2_quick_form_runs_every_split_of_private_layers(quick_results):
+    out, doc = quick_results["huang-jdp/table2"]
+    layers = {r["algorithm"]: r["private_layers"] for r in doc["runs"]}
+    assert len(layers) == 8 and layers["private: none (full DP)"] == ""
+    assert layers["private: conv1, conv2, fc1"] == "conv1,conv2,fc1"
+    assert "Table 2 layout" in (out / "summary.md").read_text()
