@@ -492,5 +492,58 @@ FIGURE_1 = register(_variant_study(
                           Curve(PER_SILO, {"color": "gray", "linestyle": "--"}, line=True)),
                   title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy")))
 
+# ------------------------------------------------------------------------------------------------
+# The noise the paper's setting implies (computed, no training)
+
+
+def _noise_row(static: dict, *, epsilon: float) -> dict:
+    """One (n, reading of E) cell: the calibrated noise multiplier and the noise it puts on a coordinate of one
+    owner's noisy mean gradient (``z C / (q m)``) and of the mean over the ``n`` owners' (``/ sqrt(n)``)."""
+    n, unit = static["owners"], static["reading"]
+    s = schedule({**SETTINGS, "local_unit": unit}, n)  # a settings mapping serves: schedule reads study[name]
+    steps = s["rounds"] * s["local_steps"]
+    z = noise_multiplier_for(epsilon, s["rate"], steps, DELTA)
+    per_owner = z * CLIP / (s["rate"] * SETTINGS["records"] / n)
+    return {"metrics": {"noise_multiplier": z, "noise_std_owner": per_owner, "noise_std_mean": per_owner / math.sqrt(n),
+                        "steps": steps}, "epsilon_spent": epsilon_for(z, s["rate"], steps, DELTA), "delta": DELTA,
+            "seed": None, "owners": n, "sampling_rate": s["rate"], "local_steps": s["local_steps"],
+            "rounds": s["rounds"]}
+
+
+def _noise_programs(unit: str):
+    def programs(study: Study, panel: Panel, trial: Trial) -> list[Program]:
+        return [Program((("reading", unit), ("owners", panel["owners"])), [{"epsilon": e} for e in study["epsilons"]],
+                        0)]
+
+    return programs
+
+
+NOISE_LABELS = {"iterations": "E = local iterations", "epochs": "E = local epochs"}
+
+
+def _noise_columns(label: str) -> tuple:
+    return (Column(f"{label}: steps", label, "metric:steps", fmt="{:.0f}"),
+            Column("z", label, "metric:noise_multiplier", fmt="{:.2f}"),
+            Column("noise std / coordinate, one owner", label, "metric:noise_std_owner", fmt="{:.3f}"),
+            Column("... mean over n owners", label, "metric:noise_std_mean", fmt="{:.3f}"),
+            Column("eps spent", label, "certified"))
+
+
+NOISE = register(Study(
+    name="huang-jdp/noise", description="seed 001: the DP-SGD noise Table 1's setting implies at eps 1 (clip 15, "
+                                        "delta 1e-4), per n and reading of E; computed, no training",
+    data=lambda study, t, panel=None: Trial(None, None, DELTA), data_per_panel=True, evaluate=None, init=None,
+    families=tuple(Family(unit, label, _noise_row, _noise_programs(unit), runner="compute", accountant="rdp")
+                   for unit, label in NOISE_LABELS.items()),
+    panels=_panels(sorted(TABLE3)), select=Select(score=None), settings={"epsilons": (1.0,)},
+    report=Report(table=Table(columns=_noise_columns(NOISE_LABELS["iterations"]) + _noise_columns(NOISE_LABELS["epochs"])),
+                  header="huang-jdp/noise, {panel}: local DP-SGD at eps 1, clip 15, delta 1e-4, Poisson rate "
+                         "min(1, 32 n / 10,000)"),
+    config={"paper": PAPER, "clip": CLIP, "delta": DELTA, "batch": BATCH,
+            "noise_std_owner": "z C / (q m): the noise on a coordinate of one owner's noisy mean gradient per step",
+            "noise_std_mean": "noise_std_owner / sqrt(n): on the mean of the n owners' (FedAvg of one-step deltas)"},
+    quick={}))
+
+
 TUNING = {d: register(_tuning(d)) for d in ("mnist", "fashion-mnist")}
 TABLE_1 = {d: register(_table1(d)) for d in ("mnist", "fashion-mnist")}

@@ -488,7 +488,8 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
         for p, panel in enumerate(study.panels):
             if study.data_per_panel:
                 trial = study.data(study, t, panel)
-                panel_info[panel.label] = {"silo_sizes": np.asarray(trial.train.counts).tolist(), **trial.info}
+                sizes = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
+                panel_info[panel.label] = {**sizes, **trial.info}
                 log(f"  trial {t + 1}/{study.trials}, {panel.label}: " + _facts(trial.info))
             seeds = [study.seed(t, p, r) for r in range(study.reps)]
             best: dict = {}

@@ -115,3 +115,19 @@ def test_table2_quick_form_runs_every_split_of_private_layers(quick_results):
     assert len(layers) == 8 and layers["private: none (full DP)"] == ""
     assert layers["private: conv1, conv2, fc1"] == "conv1,conv2,fc1"
     assert "Table 2 layout" in (out / "summary.md").read_text()
+
+
+def test_noise_rows_follow_from_the_calibration():
+    """n = 512: Poisson rate 1 (32 > 10,000 / 512 records), T E = 20 x 5 steps either way; the per-coordinate
+    noise is z C / (q m) for one owner and that over sqrt(n) for the owners' mean; eps spent is the target."""
+    from jaxfl.accounting.calibrate import noise_multiplier_for
+
+    row = H._noise_row({"owners": 512, "reading": "iterations"}, epsilon=1.0)
+    z = noise_multiplier_for(1.0, 1.0, 100, 1e-4)
+    assert row["metrics"]["steps"] == 100 and row["sampling_rate"] == 1.0
+    assert row["metrics"]["noise_multiplier"] == pytest.approx(z)
+    assert row["metrics"]["noise_std_owner"] == pytest.approx(z * 15 / (10_000 / 512))
+    assert row["metrics"]["noise_std_mean"] == pytest.approx(z * 15 / (10_000 / 512) / math.sqrt(512))
+    assert 0.99 <= row["epsilon_spent"] <= 1.0 + 1e-9
+    epochs = H._noise_row({"owners": 64, "reading": "epochs"}, epsilon=1.0)
+    assert epochs["metrics"]["steps"] == 10 * round(10 / (32 * 64 / 10_000))
