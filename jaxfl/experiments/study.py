@@ -510,8 +510,9 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                     log(f"   {panel.label} {family.name} {shown}: "
                         f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s"
                         + (" (stored part, reused)" if reused else ""))
-                    for row in _select(study, family, panel, t, trial, program, out, seconds):
-                        key = (family.name, row["epsilon"])
+                    for j_row, row in enumerate(_select(study, family, panel, t, trial, program, out, seconds)):
+                        # one row per epsilon and family, the best over programs; score None: every configuration
+                        key = (family.name, row["epsilon"]) + ((j, j_row) if study.select.score is None else ())
                         if key not in best or row["score"] < best[key]["score"]:
                             best[key] = row
             panel_rows += list(best.values())

@@ -77,6 +77,7 @@ def test_tuning_quick_form_picks_the_lowest_validation_error(quick_results):
     errors = {}
     for r in doc["runs"]:
         errors.setdefault(r["learning_rate"], []).append(r["metrics"]["test_error"])
+    assert sorted(errors) == [0.03, 0.1] and all(len(v) == 2 for v in errors.values())  # every rate, both panels
     best = min(errors, key=lambda lr: (np.mean(errors[lr]), lr))
     assert H.tuned_learning_rate("mnist", out) == pytest.approx(best)
     with pytest.raises(ValueError, match="reproduce huang-jdp/tuning-mnist"):
