@@ -339,8 +339,9 @@ def class_limited(x, y, silo_classes, *, total: int | None = None, seed: int) ->
     m = N/n is not an integer for n >= 64). Silo ``i``'s quota is split evenly over its classes
     ``silo_classes[i]`` (remainders to classes in a random order), and each class's quotas are filled by
     drawing that class's records without replacement, so no record goes to two silos. A class whose
-    records run out raises ``ValueError`` naming it; ``total <= classes_per_silo * (fewest records of any
-    class)`` always fits.
+    records run out raises ``ValueError`` naming it. A silo's quota for one class is at most
+    ``ceil(size / classes_per_silo)``, so ``total <= classes_per_silo * (fewest records of any class -
+    num_silos)`` always fits.
 
     Args:
       x: ``[n, *feature_shape]``; y: ``[n]`` integer labels.

@@ -349,18 +349,41 @@ def _panels(ns) -> tuple:
     return tuple(Panel(f"n = {n}", (("owners", n),)) for n in ns)
 
 
+TUNING_RATES, TUNING_QUICK_RATES = (0.01, 0.03, 0.1, 0.3), (0.03, 0.1)
+
+
+def _rate_label(lr: float) -> str:
+    return f"{NO_DP}, learning rate {lr:g}"
+
+
+def _tuning_family() -> Family:
+    """The no-DP regime over the learning-rate grid, one reported row per rate (labelled by it)."""
+    regime = REGIMES["no_dp"]
+    return Family(regime.name, regime.label, functools.partial(_build, regime), _programs(regime), accountant=None,
+                  describe=lambda study, panel, trial, program, row: {"algorithm": _rate_label(row["learning_rate"])})
+
+
+def _tuning_report() -> Report:
+    rates = sorted(set(TUNING_RATES) | set(TUNING_QUICK_RATES))
+    return Report(table=Table(columns=(), metric="test_error", metric_name="validation error",
+                              references=tuple(_rate_label(lr) for lr in rates), digits=4,
+                              reference_value="mean_std"),
+                  header="{name}, {panel}: validation error of the no-DP regime per learning rate ({form} form)",
+                  notes=_tuning_notes)
+
+
 def _tuning(dataset: str) -> Study:
     return Study(
         name=f"huang-jdp/tuning-{dataset}",
         description=f"seed 001: learning rate of plain SGD for every regime, tuned on the no-DP regime's "
                     f"validation error ({dataset}, n = 16 and 128)",
-        data=_trial, data_per_panel=True, families=_families((REGIMES["no_dp"],)), evaluate=evaluate, silo_models=True,
+        data=_trial, data_per_panel=True, families=(_tuning_family(),), evaluate=evaluate, silo_models=True,
         init=lambda seed: nets.init_params(nets.two_head_cnn, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE),
-        report=_report(dataset, _tuning_notes), panels=_panels((16, 128)), select=Select(score=None),
+        report=_tuning_report(), panels=_panels((16, 128)), select=Select(score=None),
         reps=1, configs_per_batch=1,
-        settings={**SETTINGS, "dataset": dataset, "validation": 0.2, "learning_rates": (0.01, 0.03, 0.1, 0.3)},
+        settings={**SETTINGS, "dataset": dataset, "validation": 0.2, "learning_rates": TUNING_RATES},
         config={"paper": PAPER, "procedure": "no-DP regime only, validation split of the training owners"},
-        quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.03, 0.1)}})
+        quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": TUNING_QUICK_RATES}})
 
 
 def _table1(dataset: str) -> Study:

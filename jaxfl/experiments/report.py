@@ -361,8 +361,9 @@ def summary(doc: dict, report: Report) -> str:
         lines.append(report.header.format(name=doc["experiment"], panel=panel, trials=c.get("trials"),
                                           reps=c.get("repetitions"), form=form_label(c.get("form"))))
         lines.append("")
-        lines.append("| epsilon | " + " | ".join(col.title for col in t.columns) + " |")
-        lines.append("|---" * (len(t.columns) + 1) + "|")
+        titles = [col.title for col in t.columns] or [t.metric_name]  # no columns: the reference rows' metric
+        lines.append("| epsilon | " + " | ".join(titles) + " |")
+        lines.append("|---" * (len(titles) + 1) + "|")
         for eps in _epsilons(doc, panel):
             lines.append(f"| {eps:g} | " + " | ".join(_cell(report, cells, panel, eps, col) for col in t.columns)
                          + " |")

@@ -76,6 +76,7 @@ def test_trajectory_and_averages_match_a_numpy_replay(clip, radius):
     np.testing.assert_array_equal(np.asarray(info["participants"]), np.ones(rounds))
 
 
+@pytest.mark.slow  # ~3 s: second tier
 def test_noise_is_added_to_u_only():
     """One step, noise multiplier z, L = 1: the chosen owner's x is bitwise the noiseless run's, and u moves by
     exactly -eta z L b, b the unit noise of step_key(silo_key(round 0, j), 0, NOISE)."""

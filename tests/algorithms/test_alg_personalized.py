@@ -256,6 +256,7 @@ def test_shared_clipping_bound_excludes_the_private_part(at):
     assert np.linalg.norm(got) <= lr * c * (1 + 1e-5)
 
 
+@pytest.mark.slow  # ~8 s: second tier
 def test_joint_dp_at_the_initial_private_part_is_dp_sgd_on_the_shared_part_and_is_stated():
     """shared_gradient_at="initial": the shared model equals DP Local SGD on the shared leaves alone with the
     private leaves frozen at their initial values (same keys, same noise), whatever the private parts learn;

@@ -294,11 +294,12 @@ def test_nan_and_shape_mismatch_rejected():
 @given(n=st.integers(600, 1500), silos=st.integers(1, 40), k=st.integers(1, 5), seed=st.integers(0, 2**16))
 def test_class_limited_deals_equal_sizes_from_each_silos_own_classes(n, silos, k, seed):
     """Sizes floor/ceil(total / silos) (the larger first), each silo's labels within its classes and spread
-    over them as evenly as its quota allows, no record twice; total <= k * (smallest class) always fits."""
+    over them as evenly as its quota allows, no record twice; total <= k * (smallest class - silos) always fits
+    (a silo's per-class quota is at most ceil(size / k))."""
     x, y = records(n, 6, seed)
     classes = choose_silo_classes(silos, np.unique(y), k, seed=seed)
     assert classes.shape == (silos, k) and all(len(set(row)) == k for row in classes)
-    total = max(silos, min(n, k * int(np.bincount(y).min())))
+    total = max(silos, min(n, k * (int(np.bincount(y).min()) - silos)))
     fd = class_limited(x, y, classes, total=total, seed=seed)
     check_layout(fd, x, y)
     counts = np.asarray(fd.counts)
