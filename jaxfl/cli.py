@@ -40,7 +40,7 @@ def _cmd_reproduce(args) -> int:
     # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
-    path = experiment.run(args.quick, out, args.variant)
+    path = experiment.run(args.quick, out, args.variant, args.panel)
     print(f"wrote {path}")
     return 0
 
@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, help="output directory (default results/NAME[/VARIANT]; quick forms: "
                                                   "runs/quick/NAME[/VARIANT])")
     rep.add_argument("--variant", default=None, help="a named variant of the study (e.g. authors-scripts)")
+    rep.add_argument("--panel", action="append", default=None, metavar="LABEL",
+                     help="run only this panel (repeatable; e.g. --panel 'n = 4'): a partial run, marked so in its "
+                          "results, whose stored parts a later full run reuses")
     rep.set_defaults(func=_cmd_reproduce)
 
     tab = sub.add_parser("tables", help="regenerate the tables of docs/reproductions.md from results/")

@@ -209,6 +209,13 @@ def _records_per_user(panel: Panel) -> int:
     return dict(panel.values).get("records_per_user", 1)
 
 
+def _rate_stages(study: Study) -> tuple:
+    """The study's learning rates as stages, one program each: ``learning_rates`` is a tuple of rates (one
+    stage) or of tuples of rates; a grid extended by a stage reuses the stored parts of the stages before it."""
+    rates = study["learning_rates"]() if callable(study["learning_rates"]) else study["learning_rates"]
+    return tuple(tuple(r) for r in rates) if isinstance(rates[0], (tuple, list)) else (tuple(rates),)
+
+
 def _programs(regime: Regime):
     def programs(study: Study, panel: Panel, trial: Trial):
         s = schedule(study, panel["owners"])
@@ -217,19 +224,19 @@ def _programs(regime: Regime):
         columns = {"table3_E": s["local"], "local_unit": study["local_unit"], "rounds": s["rounds"],
                    "sampling_rate": s["rate"], "local_steps": s["local_steps"], "private_layers":
                    regime.private_layers if isinstance(regime.private_layers, str) else ",".join(regime.private_layers)}
-        rates = study["learning_rates"]() if callable(study["learning_rates"]) else study["learning_rates"]
         if not regime.private:
-            grid = {"epsilon": [0.0], "learning_rate": list(rates)}
+            grids = [{"epsilon": [0.0], "learning_rate": list(rates)} for rates in _rate_stages(study)]
         else:
             steps = s["rounds"] * s["local_steps"]
-            grid = []
+            noise = {}
             for eps in regime.epsilons or study["epsilons"]:
                 # user level (k records per user) by the paper's group privacy: record level at eps / k,
                 # delta / (k e^eps) (Lemma 3.6 as printed, jaxfl.accounting.group)
                 eps_r, delta_r = record_level_target(eps, DELTA, k, bound="paper") if k > 1 else (eps, DELTA)
-                z = noise_multiplier_for(eps_r, s["rate"], steps, delta_r)
-                grid += [{"epsilon": eps, "learning_rate": lr, "noise_multiplier": z} for lr in rates]
-        return [Program(static, grid, s["rounds"], columns=columns)]
+                noise[eps] = noise_multiplier_for(eps_r, s["rate"], steps, delta_r)
+            grids = [[{"epsilon": eps, "learning_rate": lr, "noise_multiplier": z} for eps, z in noise.items()
+                      for lr in rates] for rates in _rate_stages(study)]
+        return [Program(static, grid, s["rounds"], columns=columns) for grid in grids]
 
     return programs
 
@@ -265,28 +272,33 @@ def _families(regimes):
 # Learning rate from the tuning study
 
 
+def _validation_errors(runs) -> dict:
+    """``{learning rate: mean validation error over the runs (panels) at that rate}``."""
+    errors: dict = {}
+    for r in runs:
+        errors.setdefault(float(r["learning_rate"]), []).append(float(r["metrics"]["test_error"]))
+    return {lr: float(np.mean(v)) for lr, v in sorted(errors.items())}
+
+
+def _chosen(errors: dict) -> float:
+    return min(errors, key=lambda lr: (errors[lr], lr))
+
+
 def tuned_learning_rate(dataset: str, results_dir=None) -> float:
     """The learning rate ``huang-jdp/tuning-DATASET`` chose: the lowest mean validation error of the no-DP
     regime over its panels (read from its committed ``results.json``)."""
     path = Path(results_dir or REPO / "results" / "huang-jdp" / f"tuning-{dataset}") / "results.json"
     if not path.exists():
         raise ValueError(f"no tuning results at {path}: run `jaxfl reproduce huang-jdp/tuning-{dataset}` first")
-    runs = json.loads(path.read_text())["runs"]
-    errors: dict = {}
-    for r in runs:
-        errors.setdefault(float(r["learning_rate"]), []).append(float(r["metrics"]["test_error"]))
-    return min(errors, key=lambda lr: (np.mean(errors[lr]), lr))
+    return _chosen(_validation_errors(json.loads(path.read_text())["runs"]))
 
 
 def _tuning_notes(doc: dict) -> str:
-    errors: dict = {}
-    for r in doc["runs"]:
-        errors.setdefault(float(r["learning_rate"]), []).append(float(r["metrics"]["test_error"]))
-    rows = [f"| {lr:g} | {np.mean(v):.4f} |" for lr, v in sorted(errors.items())]
-    best = min(errors, key=lambda lr: (np.mean(errors[lr]), lr))
+    errors = _validation_errors(doc["runs"])
+    rows = [f"| {lr:g} | {e:.4f} |" for lr, e in errors.items()]
     return "\n".join(["Mean validation error over the panels, per learning rate (no-DP regime):", "",
                       "| learning rate | validation error |", "|---|---|", *rows, "",
-                      f"Chosen learning rate: {best:g}"])
+                      f"Chosen learning rate: {_chosen(errors):g}"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -349,7 +361,8 @@ def _panels(ns) -> tuple:
     return tuple(Panel(f"n = {n}", (("owners", n),)) for n in ns)
 
 
-TUNING_RATES, TUNING_QUICK_RATES = (0.01, 0.03, 0.1, 0.3), (0.03, 0.1)
+# The second stage extends the first run's grid past its largest rate (0.3 was chosen there).
+TUNING_RATES, TUNING_QUICK_RATES = ((0.01, 0.03, 0.1, 0.3), (1.0,)), ((0.03,), (0.1,))
 
 
 def _rate_label(lr: float) -> str:
@@ -364,7 +377,7 @@ def _tuning_family() -> Family:
 
 
 def _tuning_report() -> Report:
-    rates = sorted(set(TUNING_RATES) | set(TUNING_QUICK_RATES))
+    rates = sorted({lr for stage in TUNING_RATES + TUNING_QUICK_RATES for lr in stage})
     return Report(table=Table(columns=(), metric="test_error", metric_name="validation error",
                               references=tuple(_rate_label(lr) for lr in rates), digits=4,
                               reference_value="mean_std"),

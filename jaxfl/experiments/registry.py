@@ -9,7 +9,7 @@ from typing import Callable
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """A reproduction: ``run(quick, out_dir, variant) -> path of results.json``; ``study`` is its
+    """A reproduction: ``run(quick, out_dir, variant, panels) -> path of results.json``; ``study`` is its
     :class:`~jaxfl.experiments.study.Study`."""
 
     name: str
@@ -40,18 +40,19 @@ BENCHMARKS: dict[str, str] = {
 
 def register(study):
     """Registers ``study`` as experiment ``study.name`` (run by :func:`reproduce`); returns it."""
-    EXPERIMENTS[study.name] = Experiment(study.name, study.description,
-                                         lambda quick, out_dir, variant=None: reproduce(study, quick, out_dir, variant),
-                                         study)
+    EXPERIMENTS[study.name] = Experiment(
+        study.name, study.description,
+        lambda quick, out_dir, variant=None, panels=None: reproduce(study, quick, out_dir, variant, panels=panels),
+        study)
     return study
 
 
-def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print) -> Path:
-    """Runs ``study`` (its quick form and/or named variant), writes its results under ``out_dir`` and
-    prints its summary."""
+def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print, panels=None) -> Path:
+    """Runs ``study`` (its quick form and/or named variant; only the panels labelled ``panels`` if given, a
+    partial run whose results say so), writes its results under ``out_dir`` and prints its summary."""
     from jaxfl.experiments import report, study as study_lib
 
-    form = study.form_of(quick, variant)
+    form = study.form_of(quick, variant, panels)
     log(f"{form.name}: {form.form} form{' (tiny settings for CI, not the paper' + chr(39) + 's)' if quick else ''}")
     outcome = study_lib.run(form, Path(out_dir), log)
     path = report.write(outcome, out_dir)

@@ -208,8 +208,10 @@ def write(outcome, out_dir) -> Path:
 
 def study_config(study) -> dict:
     """The generic part of ``results.json``'s ``config``."""
+    partial = {} if study.only_panels is None else {"partial": True,
+                                                     "panels_of_full_study": [p.label for p in study.panels]}
     return {"form": study.form, "quick": study.is_quick, "trials": study.trials, "repetitions": study.reps,
-            "panels": [p.label for p in study.panels], "selection": study.select.describe,
+            "panels": [p.label for _, p in study.panels_run], **partial, "selection": study.select.describe,
             "settings": {k: v for k, v in study.settings.items() if not callable(v)}}
 
 
@@ -357,6 +359,9 @@ def summary(doc: dict, report: Report) -> str:
     cells = _cells(doc)
     c = doc["config"]
     lines = []
+    if c.get("partial"):
+        missing = [p for p in c["panels_of_full_study"] if p not in c["panels"]]
+        lines += [f"**Partial run**: panels {', '.join(c['panels'])} only (not run: {', '.join(missing)}).", ""]
     for panel in _panels(doc):
         lines.append(report.header.format(name=doc["experiment"], panel=panel, trials=c.get("trials"),
                                           reps=c.get("repetitions"), form=form_label(c.get("form"))))

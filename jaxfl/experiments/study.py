@@ -175,6 +175,8 @@ class Study:
       silo_models: sweeps: ``evaluate`` receives every silo's own model (leaves ``[num_silos, ...]``; see
         :func:`jaxfl.engine.sweep.sweep`), for personalised algorithms evaluated per silo.
       form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
+      only_panels: set by :meth:`form_of`: the labels of the panels to run (None: all). A partial run keeps
+        every panel's index, so its stored parts are the full run's and a later full run reuses them.
     """
 
     name: str
@@ -201,6 +203,7 @@ class Study:
     silo_models: bool = False
     data_per_panel: bool = False
     form: str = "full"
+    only_panels: tuple | None = None
 
     def __getitem__(self, name):
         return self.settings[name]
@@ -215,8 +218,9 @@ class Study:
     def is_quick(self) -> bool:
         return self.form.startswith("quick")
 
-    def form_of(self, quick: bool = False, variant: str | None = None) -> "Study":
-        """This study's quick form and/or named variant (overrides applied in that order)."""
+    def form_of(self, quick: bool = False, variant: str | None = None, panels=None) -> "Study":
+        """This study's quick form and/or named variant (overrides applied in that order), restricted to the
+        panels labelled ``panels`` (a sequence of labels; None: every panel)."""
         study = self
         if variant is not None and variant not in self.variants:
             known = ", ".join(sorted(self.variants)) or "none"
@@ -228,7 +232,20 @@ class Study:
                     overrides[merged] = {**getattr(study, merged), **overrides[merged]}
             study = dataclasses.replace(study, **overrides)
         form = ("quick" if quick else "full") + (f"+{variant}" if variant else "")
-        return dataclasses.replace(study, form=form)
+        if panels is not None:
+            labels = [p.label for p in study.panels]
+            unknown = [p for p in panels if p not in labels]
+            if unknown or not panels:
+                raise ValueError(f"unknown panel {unknown[0] if unknown else '(none given)'!r} of {study.name} "
+                                 f"({form} form; its panels: {', '.join(map(repr, labels))})")
+            panels = tuple(p for p in labels if p in panels)
+        return dataclasses.replace(study, form=form, only_panels=panels)
+
+    @property
+    def panels_run(self) -> tuple:
+        """``(index, panel)`` of the panels a run computes: every panel, or those in ``only_panels``."""
+        return tuple((p, panel) for p, panel in enumerate(self.panels)
+                     if self.only_panels is None or panel.label in self.only_panels)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -485,7 +502,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
         panel_info = {}
         if trial is not None:
             log(f"  trial {t + 1}/{study.trials}: " + _facts(trial.info))
-        for p, panel in enumerate(study.panels):
+        for p, panel in study.panels_run:
             if study.data_per_panel:
                 trial = study.data(study, t, panel)
                 sizes = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}

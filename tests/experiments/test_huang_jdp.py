@@ -86,6 +86,36 @@ def test_tuning_quick_form_picks_the_lowest_validation_error(quick_results):
 
 
 @pytest.mark.slow
+def test_a_partial_run_stores_the_full_runs_parts(quick_results, monkeypatch, tmp_path, capsys):
+    """``--panel`` runs only the panels named, marks its results partial and keeps the panels' indices, so
+    the full run in the same directory reuses its parts and runs only the rest (here: the tuning study's two
+    learning-rate stages, one program each, at n = 4)."""
+    import json
+
+    from jaxfl.cli import main
+    from jaxfl.experiments import study as study_lib
+
+    _, full = quick_results["huang-jdp/tuning-mnist"]
+    assert main(["reproduce", "huang-jdp/tuning-mnist", "--quick", "--panel", "n = 99", "--out", str(tmp_path)]) == 2
+    assert "unknown panel 'n = 99'" in capsys.readouterr().err
+    assert main(["reproduce", "huang-jdp/tuning-mnist", "--quick", "--panel", "n = 16", "--out", str(tmp_path)]) == 0
+    partial = json.loads((tmp_path / "results.json").read_text())
+    assert partial["config"]["partial"] is True and partial["config"]["panels"] == ["n = 16"]
+    assert "Partial run" in (tmp_path / "summary.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == [f"trial0-panel1-no_dp-{j}.pkl" for j in (0, 1)]
+    strip = lambda runs: [{k: v for k, v in r.items() if "seconds" not in k} for r in runs]
+    assert strip(partial["runs"]) == strip([r for r in full["runs"] if r["panel"] == "n = 16"])
+
+    ran = []
+    real = study_lib._sweep
+    monkeypatch.setattr(study_lib, "_sweep", lambda *a, **k: ran.append(1) or real(*a, **k))
+    assert main(["reproduce", "huang-jdp/tuning-mnist", "--quick", "--out", str(tmp_path)]) == 0
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert len(ran) == 2 and again["config"]["parts_reused"] == 2 and "partial" not in again["config"]
+    assert strip(again["runs"]) == strip(full["runs"])
+
+
+@pytest.mark.slow
 def test_table4_quick_form_calibrates_user_level_by_group_privacy(quick_results):
     """m/r = 2: full and joint DP are calibrated to the record-level (eps / 2, delta / (2 e^eps)) of Lemma 3.6
     as printed; the accountant certifies eps / 2 at that delta for the run, which group privacy turns into the
