@@ -6,10 +6,12 @@ MB-SGD with its calibrations, accelerated AC-SA one-pass / ERM / multi-stage, IS
 shuffle-model variants); ``lowy_nonconvex`` seed 002's (prox-SGD/GD, FedProx-SVRG / PL-SVRG,
 FedProx-SPIDER, Alt Fed-SPIDER and their shuffle-model versions); ``dprec`` seed 004's DP-REC
 (relative-entropy-coded updates as the privacy mechanism); ``joint_dp`` seed 001's A_NSGD and A_NSSGD (its
-experiments' regimes are :func:`personalized` with different parameter partitions). ``prox`` holds the proximal operators they
-step with (composable with optax).
+experiments' regimes are :func:`personalized` with different parameter partitions); ``async_dp`` seed 003's
+asynchronous protocol (its host timeline in ``async_timeline``, its sample- and step-size sequences in
+``async_schedules``). ``prox`` holds the proximal operators they step with (composable with optax).
 """
-from jaxfl.algorithms import dprec, joint_dp, lowy_convex, lowy_nonconvex, prox
+from jaxfl.algorithms import async_dp, async_schedules, async_timeline, dprec, joint_dp, lowy_convex, lowy_nonconvex, prox
+from jaxfl.algorithms.async_dp import async_sgd, sync_sgd
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.algorithms.joint_dp import ansgd, nssgd
@@ -17,5 +19,5 @@ from jaxfl.algorithms.personalized import personalized
 from jaxfl.algorithms.scaffold import scaffold
 from jaxfl.algorithms.sgd import local_sgd, minibatch_sgd
 
-__all__ = ["ansgd", "dp_fedavg", "dp_rec", "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
+__all__ = ["ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "sync_sgd", "dp_fedavg", "dp_rec", "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
            "nssgd", "personalized", "prox", "scaffold"]

@@ -1,0 +1,264 @@
+"""Asynchronous (DP) federated learning with increasing sample sizes (seed 003, van Dijk et al. 2020):
+:func:`async_sgd` runs the protocol of :mod:`jaxfl.algorithms.async_timeline` on the engine, and
+:func:`sync_sgd` is the same clients in synchronous rounds (the reference the asynchronous run equals with
+zero delays and equal speeds).
+
+The clients (Alg. 2.1): in round ``i`` client ``c`` takes ``s[i, c]`` single-record SGD steps on its local
+model ``w_hat``, each on a record drawn uniformly with replacement from its ``N_c``, with the per-record
+gradient clipped to ``C`` in DP mode; it accumulates ``Delta = sum_h eta_h g_h`` (``eta_h = eta_i`` for per-round
+step sizes, the paper's ``eta_i U``; the per-iteration form sends the step-weighted sum, digest §6.4) and at
+the round's end adds ``eta_i N(0, C^2 sigma^2 I)`` to ``Delta`` and subtracts it from ``w_hat`` (the paper's
+``w_hat + eta n`` has the sign flipped: digest §4.4, fixed here so the local model matches the server's view).
+The server subtracts every ``Delta`` as it arrives (a *sum*, not a mean) and broadcasts ``(v_hat, k)`` when
+round ``k - 1`` is complete; a client accepting it continues from ``v_hat_k - Delta_partial``.
+
+Randomness: every draw is addressed by (client round ``i``, client ``c``, step ``h``, purpose) from the run's
+round-0 key (the driver's key of the first slice, kept in the server state), never by the slice, so the
+draws do not depend on timing: with zero delays and equal speeds :func:`async_sgd` equals :func:`sync_sgd`
+bitwise.
+
+Privacy: the paper analyses each client round as a subsampled Gaussian on a sum of ``s_i`` clipped
+gradients (sensitivity ``C`` per draw), with its moments accountant
+(:mod:`jaxfl.accounting.vandijk_async`). Its client takes those gradients at points its own earlier draws
+of the round moved, and draws with replacement, so one record can move the round's sum by more than ``C``
+(digest §8.1, §11.7): jaxfl states no privacy for these algorithms (``privacy=None``); the paper's
+accounting and the tight Poisson-model epsilon of the same rounds are reported beside each run by the
+studies, labelled as such.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfl import checks
+from jaxfl.algorithms.async_schedules import StepSize
+from jaxfl.algorithms.async_timeline import Timeline
+from jaxfl.engine.protocol import FederatedAlgorithm, SiloState
+from jaxfl.privacy import keys
+from jaxfl.privacy.noise import gaussian_like
+
+_tmap = jax.tree_util.tree_map
+
+
+class AsyncServer(NamedTuple):
+    """``params``: the server's ``v_hat``; ``ring``: the broadcast models clients may still accept (leaves
+    ``[ring, ...]``, broadcast ``k`` in slot ``k % ring``); ``k``: broadcasts sent; ``slice``: slices run;
+    ``base``: the run's round-0 key data; ``applied [n]``: messages applied per client."""
+
+    params: Any
+    ring: Any
+    k: jnp.ndarray
+    slice: jnp.ndarray
+    base: jnp.ndarray
+    applied: jnp.ndarray
+
+
+class AsyncClients(NamedTuple):
+    """Per client (leading axis ``n``): the local ``model`` (``w_hat``), the round's ``partial`` step-weighted
+    gradient sum, the ``outbox`` of sent messages in flight (``[n, outbox, ...]``, round ``i`` in slot
+    ``i % outbox``), the ``round`` and ``step`` within it, the newest accepted broadcast ``k_old``, and ``sent``,
+    the sum of every message sent (what the server must have subtracted once all arrived)."""
+
+    model: Any
+    partial: Any
+    outbox: Any
+    round: jnp.ndarray
+    step: jnp.ndarray
+    k_old: jnp.ndarray
+    sent: Any
+
+
+class SyncServer(NamedTuple):
+    params: Any
+    round: jnp.ndarray
+    base: jnp.ndarray
+
+
+def _base_key(stored, key, first):
+    data = jax.random.key_data(key)
+    return jnp.where(first, data, stored)
+
+
+def _key_template() -> jnp.ndarray:
+    return jnp.zeros_like(jax.random.key_data(jax.random.key(0)))
+
+
+class _Client(NamedTuple):
+    """What a client step needs, built once per algorithm (hyperparameters only)."""
+
+    loss_fn: Any
+    step_size: StepSize
+    clip_norm: float
+    noise_multiplier: Any
+    before: np.ndarray       # [T + 1] sum_{j<i} s_j (global sizes)
+    num_clients: int
+
+    def eta(self, rnd, h):
+        t = jnp.asarray(self.before, jnp.float32)[rnd]
+        if self.step_size.per == "iterations":
+            t = t + self.num_clients * h
+        return self.step_size(t)
+
+    def steps(self, base, model, partial, x, y, count, silo, rnd, start, num):
+        """``num`` steps ``start, start + 1, ...`` of round ``rnd``: ``(model, partial)``."""
+        root = jax.random.wrap_key_data(base)
+
+        def body(carry):
+            j, model, partial = carry
+            h = start + j
+            draw = keys.derive(root, round=rnd, silo=silo, step=h, purpose=keys.Purpose.MINIBATCH)
+            idx = jax.random.randint(draw, (), 0, jnp.maximum(count, 1))
+            g = jax.grad(self.loss_fn)(model, x[idx], y[idx])
+            if not math.isinf(self.clip_norm):
+                norm = jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in jax.tree_util.tree_leaves(g)))
+                g = _tmap(lambda leaf: leaf * jnp.minimum(1.0, self.clip_norm / jnp.maximum(norm, 1e-30)), g)
+            eta = self.eta(rnd, h)
+            return (j + 1, _tmap(lambda w, gi: w - eta * gi, model, g), _tmap(lambda p, gi: p + eta * gi, partial, g))
+
+        _, model, partial = jax.lax.while_loop(lambda c: c[0] < num, body, (jnp.int32(0), model, partial))
+        return model, partial
+
+    def noise(self, base, params, silo, rnd):
+        """``eta_i sigma C N(0, I)`` of round ``rnd`` (a Python-0 noise multiplier: None, nothing drawn)."""
+        if isinstance(self.noise_multiplier, (int, float)) and self.noise_multiplier == 0:
+            return None
+        draw = keys.derive(jax.random.wrap_key_data(base), round=rnd, silo=silo, step=0, purpose=keys.Purpose.NOISE)
+        scale = self.eta(rnd, 0) * self.noise_multiplier * self.clip_norm
+        return _tmap(lambda u: scale * u, gaussian_like(draw, params, 1.0))
+
+
+def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier) -> _Client:
+    if not isinstance(step_size, StepSize):
+        raise ValueError(f"step_size must be a jaxfl.algorithms.async_schedules.StepSize, got {step_size!r}")
+    clip = checks.positive_float("clip_norm", clip_norm, allow_inf=True)
+    z = checks.non_negative_float("noise_multiplier", noise_multiplier)
+    if z > 0 and math.isinf(clip):
+        raise ValueError("noise_multiplier > 0 needs a finite clip_norm (the noise std is sigma C)")
+    sizes = np.asarray(sizes)
+    before = np.concatenate([[0], np.cumsum(sizes.sum(axis=1))]).astype(np.float64)
+    return _Client(loss_fn, step_size, clip, z if z > 0 else 0, before, int(sizes.shape[1]))
+
+
+def _stack(tree, n):
+    return _tmap(lambda leaf: jnp.broadcast_to(leaf, (n,) + jnp.shape(leaf)), tree)
+
+
+def _check_silos(num_silos, n):
+    if int(num_silos) != n:
+        raise ValueError(f"the data has {num_silos} silos but the timeline has {n} clients")
+
+
+def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: float = math.inf,
+              noise_multiplier: float = 0.0, name: str = "async SGD") -> FederatedAlgorithm:
+    """Seed 003's asynchronous protocol on ``timeline`` (:func:`jaxfl.algorithms.async_timeline.simulate`):
+    one engine round per slice (``rounds=timeline.num_slices``), clients vmapped. ``loss_fn(params, x, y)``
+    is one record's loss; ``clip_norm`` (``inf``: no clipping) and ``noise_multiplier`` give Alg. 2.1's DP
+    client. The server's ``params`` after the last slice is ``v_hat_T``. States no privacy (module docstring).
+    """
+    client = _client(loss_fn, timeline.sizes, step_size, clip_norm, noise_multiplier)
+    n, outbox, ring = client.num_clients, int(timeline.outbox), int(timeline.ring)
+
+    def init(params):
+        return AsyncServer(params, _stack(params, ring), jnp.int32(0), jnp.int32(0), _key_template(),
+                           jnp.zeros(n, jnp.int32))
+
+    def init_silos(params, num_silos):
+        _check_silos(num_silos, n)
+        zeros = _tmap(jnp.zeros_like, params)
+        return AsyncClients(_stack(params, n), _stack(zeros, n), _stack(_stack(zeros, outbox), n),
+                            jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32), _stack(zeros, n))
+
+    def round_fn(state: SiloState, data, key, inputs):
+        server, c = state.server, state.silos
+        base = _base_key(server.base, key, server.slice == 0)
+        silo = jnp.arange(n)
+        # 1. every client's local steps of the slice
+        model, partial = jax.vmap(client.steps, in_axes=(None, 0, 0, 0, 0, 0, 0, 0, 0, 0))(
+            base, c.model, c.partial, data.x, data.y, data.counts, silo, c.round, c.step, inputs["steps"])
+        step = c.step + inputs["steps"]
+        # 2. clients that end a round: noise, send (outbox slot round % outbox), start the next round
+        sends = inputs["sends"]
+
+        def send(model, partial):
+            noise = jax.vmap(client.noise, in_axes=(None, None, 0, 0))(base, server.params, silo, c.round)
+            if noise is None:
+                return model, partial
+            return (_tmap(lambda w, u: jnp.where(_bcast(sends, u), w - u, w), model, noise),
+                    _tmap(lambda p, u: jnp.where(_bcast(sends, u), p + u, p), partial, noise))
+
+        model, message = jax.lax.cond(jnp.any(sends), send, lambda m, p: (m, p), model, partial)
+        slot = c.round % outbox
+        box = _tmap(lambda b, msg: jnp.where(_bcast(sends, b), b.at[silo, slot].set(msg), b), c.outbox, message)
+        sent = _tmap(lambda s, msg: s + jnp.where(_bcast(sends, msg), msg, 0.0), c.sent, message)
+        partial = _tmap(lambda p: jnp.where(_bcast(sends, p), 0.0, p), message)
+        rnd, step = c.round + sends, jnp.where(sends, 0, step)
+
+        # 3. the server applies the messages that arrived, in order, broadcasting after completions
+        def apply(carry, entry):
+            v, ring_models, k, applied = carry
+            who, which, after = entry
+            valid = who >= 0
+            msg = _tmap(lambda b: b[jnp.maximum(who, 0), which % outbox], box)
+            v = _tmap(lambda vi, m: jnp.where(valid, vi - m, vi), v, msg)
+            applied = applied.at[jnp.maximum(who, 0)].add(valid.astype(jnp.int32))
+            ring_models = _tmap(lambda r, vi: jnp.where(after >= 0, r.at[jnp.maximum(after, 0) % ring].set(vi), r),
+                                ring_models, v)
+            return (v, ring_models, jnp.where(after >= 0, after, k), applied), None
+
+        (v, ring_models, k, applied), _ = jax.lax.scan(
+            apply, (server.params, server.ring, server.k, server.applied),
+            (inputs["apply_client"], inputs["apply_round"], inputs["broadcast_after"]))
+        # 4. clients accept the newest broadcast delivered: w_hat = v_hat_k - Delta_partial
+        accept = inputs["accept"]
+        fresh = _tmap(lambda r: r[jnp.maximum(accept, 0) % ring], ring_models)
+        model = _tmap(lambda w, f, p: jnp.where(_bcast(accept >= 0, w), f - p, w), model, fresh, partial)
+        k_old = jnp.where(accept >= 0, accept, c.k_old)
+        info = {"broadcasts": k, "sends": jnp.sum(sends.astype(jnp.int32)), "steps": jnp.sum(inputs["steps"])}
+        return (SiloState(AsyncServer(v, ring_models, k, server.slice + 1, base, applied),
+                          AsyncClients(model, partial, box, rnd, step, k_old, sent)), info)
+
+    return FederatedAlgorithm(init, round_fn, None, name, init_silos, timeline.schedule(),
+                              silo_params=lambda state: state.silos.model)
+
+
+def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf, noise_multiplier: float = 0.0,
+             name: str = "sync SGD") -> FederatedAlgorithm:
+    """The same clients in synchronous rounds: round ``i`` starts every client from ``v_hat``, runs its
+    ``sizes[i, c]`` steps and round noise, and the server subtracts the clients' messages in client order.
+    ``rounds=sizes.shape[0]``."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if sizes.ndim != 2 or np.any(sizes < 1):
+        raise ValueError(f"sizes must be a [rounds, clients] array of sizes >= 1, got shape {sizes.shape}")
+    client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier)
+    n = client.num_clients
+
+    def init(params):
+        return SyncServer(params, jnp.int32(0), _key_template())
+
+    def round_fn(state: SyncServer, data, key, inputs):
+        _check_silos(data.x.shape[0], n)
+        base = _base_key(state.base, key, state.round == 0)
+        silo = jnp.arange(n)
+        rnd = jnp.full(n, state.round)
+        zeros = _tmap(jnp.zeros_like, state.params)
+        model, partial = jax.vmap(client.steps, in_axes=(None, None, None, 0, 0, 0, 0, 0, None, 0))(
+            base, state.params, zeros, data.x, data.y, data.counts, silo, rnd, jnp.int32(0), inputs["sizes"])
+        noise = jax.vmap(client.noise, in_axes=(None, None, 0, 0))(base, state.params, silo, rnd)
+        if noise is not None:
+            partial = _tmap(jnp.add, partial, noise)
+
+        def apply(v, msg):
+            return _tmap(jnp.subtract, v, msg), None
+
+        v, _ = jax.lax.scan(apply, state.params, partial)
+        return SyncServer(v, state.round + 1, base), {"steps": jnp.sum(inputs["sizes"])}
+
+    return FederatedAlgorithm(init, round_fn, None, name, schedule={"sizes": sizes.astype(np.int32)})
+
+
+def _bcast(mask, like):
+    return jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(like) - mask.ndim))
