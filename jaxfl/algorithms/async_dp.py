@@ -127,7 +127,8 @@ class _Client(NamedTuple):
         if isinstance(self.noise_multiplier, (int, float)) and self.noise_multiplier == 0:
             return None
         draw = keys.derive(jax.random.wrap_key_data(base), round=rnd, silo=silo, step=0, purpose=keys.Purpose.NOISE)
-        scale = self.eta(rnd, 0) * self.noise_multiplier * self.clip_norm
+        z = self.noise_multiplier
+        scale = self.eta(rnd, 0) * jnp.where(z > 0, z * self.clip_norm, 0.0)   # never 0 * inf
         return _tmap(lambda u: scale * u, gaussian_like(draw, params, 1.0))
 
 
@@ -135,12 +136,15 @@ def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier) -> _Client:
     if not isinstance(step_size, StepSize):
         raise ValueError(f"step_size must be a jaxfl.algorithms.async_schedules.StepSize, got {step_size!r}")
     clip = checks.positive_float("clip_norm", clip_norm, allow_inf=True)
-    z = checks.non_negative_float("noise_multiplier", noise_multiplier)
-    if z > 0 and math.isinf(clip):
-        raise ValueError("noise_multiplier > 0 needs a finite clip_norm (the noise std is sigma C)")
+    z = noise_multiplier
+    if isinstance(z, (int, float, np.floating)):   # a traced value (sweeps) is checked by its grid's builder
+        z = checks.non_negative_float("noise_multiplier", z)
+        if z > 0 and math.isinf(clip):
+            raise ValueError("noise_multiplier > 0 needs a finite clip_norm (the noise std is sigma C)")
+        z = z if z > 0 else 0
     sizes = np.asarray(sizes)
     before = np.concatenate([[0], np.cumsum(sizes.sum(axis=1))]).astype(np.float64)
-    return _Client(loss_fn, step_size, clip, z if z > 0 else 0, before, int(sizes.shape[1]))
+    return _Client(loss_fn, step_size, clip, z, before, int(sizes.shape[1]))
 
 
 def _stack(tree, n):
@@ -152,15 +156,23 @@ def _check_silos(num_silos, n):
         raise ValueError(f"the data has {num_silos} silos but the timeline has {n} clients")
 
 
+def _server_scale(aggregation: str, n: int) -> float:
+    """The factor the server applies each message with: 1 (``"sum"``, the paper) or ``1/n`` (``"mean"``)."""
+    return 1.0 if checks.one_of("aggregation", aggregation, ("sum", "mean")) == "sum" else 1.0 / n
+
+
 def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: float = math.inf,
-              noise_multiplier: float = 0.0, name: str = "async SGD") -> FederatedAlgorithm:
+              noise_multiplier: float = 0.0, aggregation: str = "sum", name: str = "async SGD") -> FederatedAlgorithm:
     """Seed 003's asynchronous protocol on ``timeline`` (:func:`jaxfl.algorithms.async_timeline.simulate`):
     one engine round per slice (``rounds=timeline.num_slices``), clients vmapped. ``loss_fn(params, x, y)``
     is one record's loss; ``clip_norm`` (``inf``: no clipping) and ``noise_multiplier`` give Alg. 2.1's DP
-    client. The server's ``params`` after the last slice is ``v_hat_T``. States no privacy (module docstring).
+    client. ``aggregation``: ``"sum"`` (the paper: ``v_hat -= eta U``) or ``"mean"`` (``v_hat -= eta U / n``, a
+    FedAvg-style alternative for comparison). The server's ``params`` after the last slice is ``v_hat_T``.
+    States no privacy (module docstring).
     """
     client = _client(loss_fn, timeline.sizes, step_size, clip_norm, noise_multiplier)
     n, outbox, ring = client.num_clients, int(timeline.outbox), int(timeline.ring)
+    scale = _server_scale(aggregation, n)
 
     def init(params):
         return AsyncServer(params, _stack(params, ring), jnp.int32(0), jnp.int32(0), _key_template(),
@@ -203,7 +215,7 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
             who, which, after = entry
             valid = who >= 0
             msg = _tmap(lambda b: b[jnp.maximum(who, 0), which % outbox], box)
-            v = _tmap(lambda vi, m: jnp.where(valid, vi - m, vi), v, msg)
+            v = _tmap(lambda vi, m: jnp.where(valid, vi - (m if scale == 1.0 else scale * m), vi), v, msg)
             applied = applied.at[jnp.maximum(who, 0)].add(valid.astype(jnp.int32))
             ring_models = _tmap(lambda r, vi: jnp.where(after >= 0, r.at[jnp.maximum(after, 0) % ring].set(vi), r),
                                 ring_models, v)
@@ -226,15 +238,16 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
 
 
 def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf, noise_multiplier: float = 0.0,
-             name: str = "sync SGD") -> FederatedAlgorithm:
+             aggregation: str = "sum", name: str = "sync SGD") -> FederatedAlgorithm:
     """The same clients in synchronous rounds: round ``i`` starts every client from ``v_hat``, runs its
-    ``sizes[i, c]`` steps and round noise, and the server subtracts the clients' messages in client order.
-    ``rounds=sizes.shape[0]``."""
+    ``sizes[i, c]`` steps and round noise, and the server subtracts the clients' messages in client order
+    (scaled by ``1/n`` with ``aggregation="mean"``). ``rounds=sizes.shape[0]``."""
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.ndim != 2 or np.any(sizes < 1):
         raise ValueError(f"sizes must be a [rounds, clients] array of sizes >= 1, got shape {sizes.shape}")
     client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier)
     n = client.num_clients
+    scale = _server_scale(aggregation, n)
 
     def init(params):
         return SyncServer(params, jnp.int32(0), _key_template())
@@ -252,7 +265,7 @@ def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf
             partial = _tmap(jnp.add, partial, noise)
 
         def apply(v, msg):
-            return _tmap(jnp.subtract, v, msg), None
+            return _tmap(lambda vi, m: vi - (m if scale == 1.0 else scale * m), v, msg), None
 
         v, _ = jax.lax.scan(apply, state.params, partial)
         return SyncServer(v, state.round + 1, base), {"steps": jnp.sum(inputs["sizes"])}

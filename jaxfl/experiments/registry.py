@@ -23,7 +23,7 @@ EXPERIMENTS: dict[str, Experiment] = {}
 # Modules whose import registers experiments; later issues append theirs.
 _EXPERIMENT_MODULES = ["jaxfl.experiments.demo", "jaxfl.experiments.lowy_convex", "jaxfl.experiments.lowy_nonconvex",
                        "jaxfl.experiments.dprec_epsilon",
-                       "jaxfl.experiments.dprec", "jaxfl.experiments.huang_jdp"]
+                       "jaxfl.experiments.dprec", "jaxfl.experiments.huang_jdp", "jaxfl.experiments.vandijk_async"]
 
 BENCHMARKS: dict[str, str] = {
     "engine_vs_loop": "jaxfl engine vs NumPy vectorized over silos and minibatch (and the silo loop), seed 000 MNIST shape",

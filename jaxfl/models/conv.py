@@ -86,3 +86,10 @@ def max_pool_2x2(x):
     x = x[..., :h - h % 2, :w - w % 2, :]
     x = x.reshape(x.shape[:-3] + (h // 2, 2, w // 2, 2, c))
     return jnp.max(x, axis=(-4, -2))
+
+
+def avg_pool_2x2(x):
+    """``flax.linen.avg_pool(x, (2, 2), strides=(2, 2))`` (VALID) for ``x: [..., h, w, c]``."""
+    h, w, c = x.shape[-3:]
+    x = x[..., :h - h % 2, :w - w % 2, :]
+    return jnp.mean(x.reshape(x.shape[:-3] + (h // 2, 2, w // 2, 2, c)), axis=(-4, -2))

@@ -202,6 +202,38 @@ LENET5_INPUT_SHAPE = FEMNIST_INPUT_SHAPE = IMAGE28_INPUT_SHAPE
 MNIST_CLASSES = 10
 FEMNIST_CLASSES = 62
 LENET5_PARAMS = 582_026
+class ClassicLeNet5(nn.Module):
+    """The classic LeNet-5 for seed 003's non-convex runs (the paper names "LeNet-5" and gives no
+    architecture; digest §9.2): ``x: [n, 28, 28, 1]`` -> ``[n, 10]``. ``Conv(6, 5x5, pad 2) -> act -> pool 2x2
+    -> Conv(16, 5x5) -> act -> pool 2x2 -> flatten (5*5*16 = 400) -> Dense 120 -> act -> Dense 84 -> act ->
+    Dense 10``, 61,706 parameters. ``activation``: ``"relu"`` or ``"tanh"``; ``pool``: ``"max"`` or
+    ``"avg"``."""
+
+    num_classes: int = MNIST_CLASSES
+    activation: str = "relu"
+    pool: str = "max"
+    torch_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        t = self.torch_init
+        act = {"relu": nn.relu, "tanh": jnp.tanh}[self.activation]
+        pool = conv.max_pool_2x2 if self.pool == "max" else conv.avg_pool_2x2
+        pad = ((0, 0),) * (x.ndim - 3) + ((2, 2), (2, 2), (0, 0))
+        x = pool(act(_conv(6, (5, 5), 5 * 5 * x.shape[-1], t, "conv1")(jnp.pad(x, pad))))
+        x = pool(act(_conv(16, (5, 5), 5 * 5 * 6, t, "conv2")(x)))
+        x = x.reshape(x.shape[:-3] + (-1,))
+        x = act(_dense(120, x.shape[-1], t, "fc1")(x))
+        x = act(_dense(84, 120, t, "fc2")(x))
+        return _dense(self.num_classes, 84, t, "fc3")(x)
+
+
+CLASSIC_LENET5_PARAMS = 61_706
+classic_lenet5 = ClassicLeNet5()
+classic_lenet5_loss = per_example_loss(classic_lenet5, softmax_cross_entropy)
+"""``(params, x: [28, 28, 1], y: int) -> scalar`` cross-entropy of the default :class:`ClassicLeNet5`."""
+
+
 FEMNIST_PAPER_PARAMS = 231_742
 FEMNIST_KAIROUZ_PARAMS = 1_018_174
 FEMNIST_VARIANTS = ("paper", "kairouz")
