@@ -98,6 +98,16 @@ def evaluate(params, eval_data) -> dict:
     return {"test_accuracy": accuracy, "test_error": 1.0 - accuracy}
 
 
+def _majority(doc: dict) -> list:
+    """The notes' line on the accuracy of always predicting the test split's majority class, per dataset."""
+    rates = {p["problem"].split("-")[0]: p["test_majority"] for t in doc["config"].get("per_trial", [])
+             for p in t["panels"].values() if "test_majority" in p}
+    if not rates:
+        return []
+    return ["", "Predicting the majority class scores " + ", ".join(f"{v:.4f} ({k})" for k, v in rates.items())
+            + " on the test split."]
+
+
 def _trial(study: Study, t: int, panel: Panel) -> Trial:
     problem = panel["problem"]
     x, y, xt, yt = _dataset(problem.split("-")[0])
@@ -105,18 +115,26 @@ def _trial(study: Study, t: int, panel: Panel) -> Trial:
     take = np.random.default_rng(100 + t).permutation(len(x))[:per_client * clients] if per_client else slice(None)
     train = iid(x[take], y[take], clients, seed=t)
     test = slice(None) if study["test_records"] is None else slice(0, study["test_records"])
+    labels = np.asarray(yt[test])
     info = {"trial": t, "problem": problem, "clients": clients, "train_records": int(np.sum(np.asarray(train.counts))),
-            "test_records": int(len(xt[test]))}
+            "test_records": int(len(labels)),
+            "test_majority": float(np.max(np.unique(labels, return_counts=True)[1]) / len(labels))}
     return Trial(train, {"x": jnp.asarray(xt[test]), "y": jnp.asarray(yt[test])}, None, info)
 
 
 def sizes_of(spec: tuple, clients: int) -> np.ndarray:
-    """``s[i, c]`` of a schedule spec (per client): ``("constant", s, rounds)``, ``("linear", a, rounds)`` (``a i``
-    from ``i = 1``) or ``("dp", s_0, q, m, p, rounds, records)`` (``ceil(N_c q (i + m)^p)``)."""
+    """``s[i, c]`` of a schedule spec: per client ``("constant", s, rounds)``, ``("linear", a, rounds)`` (``a i`` from
+    ``i = 1``) or ``("dp", s_0, q, m, p, rounds, records)`` (``ceil(N_c q (i + m)^p)``); global and split over the
+    clients (``ceil(s_i / n)``) ``("power", a, c, rounds)`` (``a i^c``, ``i = 1..``) or ``("i_over_log", a, rounds)``
+    (``a i / ln i``, ``i = 2..``)."""
     if spec[0] == "constant":
         return AS.per_client(AS.constant(spec[1] * clients, spec[2]), clients)
     if spec[0] == "linear":                                   # ("linear", a, rounds): s_{i,c} = a i, i = 1..
         return AS.per_client(AS.power(spec[1] * clients, 1.0, 0.0, spec[2], start=1), clients)
+    if spec[0] == "power":                                    # ("power", a, c, rounds): global a i^c, i = 1..
+        return AS.per_client(AS.power(spec[1], spec[2], 0.0, spec[3], start=1), clients)
+    if spec[0] == "i_over_log":                               # ("i_over_log", a, rounds): global a i / ln i, i = 2..
+        return AS.per_client(AS.i_over_log(spec[1], 0.0, spec[2], start=2), clients)
     _, _, q, m, p, rounds, records = spec
     return np.repeat(AS.dp(records, q, m, p, rounds)[:, None], clients, axis=1)
 
@@ -165,6 +183,9 @@ VARIANTS = {
                                 "the paper's sum: tests whether the paper's numbers fit a mean"}},
     "no-delay": {"settings": {"timing": {"speed_spread": 0.0, "mean_delay": 0.0}},
                  "config": {"note": "equal speeds, no delays: synchronous rounds of the same protocol"}},
+    "sequential": {"settings": {"clients": 1},
+                   "config": {"note": "one client holding all the data: the iterations as one SGD trajectory, the "
+                                      "Hogwild ideal the paper's sum stands for"}},
 }
 """Variants of the non-DP studies: the server's aggregation and the timing model (what the paper leaves open)."""
 
@@ -201,7 +222,7 @@ def _table3_notes(doc: dict) -> str:
         paper = dict(zip(TABLE3_SIZES, TABLE3.get(problem, ())))
         cells = [f"{np.mean(acc[(problem, s)]):.4f}" + (f" \\| {paper[s]:.4f}" if s in paper else "") for s in sizes]
         lines.append(f"| {PROBLEMS[problem]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + _majority(doc))
 
 
 def _table3(name: str, problems: tuple, init, quick_problem: str, note: str) -> Study:
@@ -290,7 +311,7 @@ def _diminishing_notes(doc: dict) -> str:
         acc = [r["metrics"]["test_accuracy"] for r in recs]
         lines.append(f"| {panel} | {setting} | {recs[0]['rounds']} | {recs[0]['iterations']} | "
                      f"{np.mean(acc):.4f} ± {np.std(acc):.4f} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _majority(doc))
 
 
 def _linear_init(name: str):
@@ -323,6 +344,77 @@ def _diminishing(dataset: str) -> Study:
 
 
 DIMINISHING_STUDIES = {d: register(_diminishing(d)) for d in ("phishing", "ijcnn1")}
+
+
+# ------------------------------------------------------------------------------------------------
+# E.2.2 (Fig. 3-5): sample-size methods
+
+SAMPLING = {"iterations": 20_000, "a": 50, "exponents": (0.0, 0.25, 0.5, 0.75, 1.0), "eta0": 0.01,
+            "beta": {"strong": 0.001, "plain": 0.01}}
+"""E.2.2: global ``s_i = 50 i^c`` (the "O(i) method"; the paper does not list its c, these are the digest's
+suggestion) and ``50 i / ln i``, ``b = 0``, split over 5 clients; 20,000 iterations; eta0 0.01 per round."""
+
+
+def _method_label(spec: tuple) -> str:
+    return f"50 i^{spec[2]:g}" if spec[0] == "power" else "50 i / ln i"
+
+
+def _sampling_specs(study: Study) -> list:
+    d, n = study["sampling"], study["clients"]
+    specs = []
+    for c in d["exponents"]:
+        spec = ("power", d["a"], c, 1)
+        specs.append(spec[:3] + (rounds_for(sizes_of(spec[:3] + (5000,), n)[:, 0], n, d["iterations"]),))
+    spec = ("i_over_log", d["a"], 5000)
+    specs.append(spec[:2] + (rounds_for(sizes_of(spec, n)[:, 0], n, d["iterations"]),))
+    return specs
+
+
+def _sampling_programs(study: Study, panel: Panel, trial: Trial):
+    d, t = study["sampling"], trial.info["trial"]
+    convexity = panel["problem"].rsplit("-", 1)[1]
+    kind = "inverse" if convexity == "strong" else "inverse_sqrt"
+    out = []
+    for spec in _sampling_specs(study):
+        static = _static(study, trial, panel["problem"], spec, kind, "rounds", t=t)
+        out.append(Program(static, [{"epsilon": 0.0, "learning_rate": d["eta0"], "beta": d["beta"][convexity]}],
+                           _slices(static), columns={"method": _method_label(spec), **_facts(static)}))
+    return out
+
+
+def _sampling_notes(doc: dict) -> str:
+    cells: dict = {}
+    for r in doc["runs"]:
+        cells.setdefault((r["panel"], r["method"]), []).append(r)
+    lines = ["Fig. 3-4 layout: communication rounds to 20,000 iterations, and final test accuracy (mean ± std over "
+             "trials), per sample-size method. The paper's claim: c = 1 and i / ln i need the fewest rounds at good "
+             "accuracy.", "", "| panel | method | rounds | test accuracy |", "|---|---|---|---|"]
+    for (panel, method), recs in cells.items():
+        acc = [r["metrics"]["test_accuracy"] for r in recs]
+        lines.append(f"| {panel} | {method} | {recs[0]['rounds']} | {np.mean(acc):.4f} ± {np.std(acc):.4f} |")
+    return "\n".join(lines + _majority(doc))
+
+
+SAMPLING_STUDY = register(Study(
+    name="vandijk-async/sampling-a9a",
+    description="seed 003 E.2.2 (Fig. 3-4): rounds and accuracy by sample-size method (50 i^c, 50 i / ln i) on a9a",
+    data=_trial, data_per_panel=True,
+    families=(Family("async", "async SGD", _build, _sampling_programs, accountant=None,
+                     describe=lambda study, panel, trial, program, row: {"algorithm": row["method"]}),),
+    evaluate=evaluate, init=_linear_init("a9a"),
+    report=Report(table=Table(columns=(), metric="test_accuracy", metric_name="test accuracy", digits=4,
+                              references=tuple(f"50 i^{c:g}" for c in SAMPLING["exponents"]) + ("50 i / ln i",),
+                              reference_value="mean_std"),
+                  header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_sampling_notes),
+    panels=tuple(Panel(PROBLEMS[f"a9a-{c}"], (("problem", f"a9a-{c}"),)) for c in ("strong", "plain")),
+    select=Select(score=None), trials=3, seed=lambda trial, panel, rep: trial,
+    settings={"clients": 5, "sampling": SAMPLING, "test_records": None},
+    config={"paper": PAPER, "timing": TIMING, "sampling": dict(SAMPLING)},
+    quick={"trials": 1, "panels": (Panel(PROBLEMS["a9a-strong"], (("problem", "a9a-strong"),)),),
+           "settings": {"sampling": {**SAMPLING, "iterations": 1_000, "exponents": (0.0, 1.0)},
+                        "records_per_client": 400, "test_records": 1_000},
+           "config": {"note": "quick form: strongly convex only, 1,000 iterations, c in {0, 1} and i / ln i"}},
+    variants=VARIANTS))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -416,7 +508,7 @@ def _dp_notes(doc: dict) -> str:
         else:
             extra = f"{recs[0]['rounds']} | - | - | - | -"
         lines.append(f"| {panel} | {name} | {acc:.4f} | {extra} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _majority(doc))
 
 
 DP_STUDY = register(Study(

@@ -57,6 +57,7 @@ def test_zero_delays_and_equal_speeds_are_synchronous_rounds_bitwise(data, looka
         assert _equal(run.params, ref.params)
 
 
+@pytest.mark.slow
 def test_lookahead_zero_is_synchronous_whatever_the_timing(data):
     """d = 0: a client starts round i only once v_hat_i (every round < i) reached it, so it starts every
     round from the global model; delays and speeds change when, not what (and the order of the server's
@@ -126,6 +127,7 @@ def test_tau_rule_keeps_t_delay_within_tau():
         AT.simulate(sizes, AT.draw_timing(4, 10), tau=lambda t: -1.0)
 
 
+@pytest.mark.slow
 def test_the_simulation_is_deterministic_for_a_seed(data):
     sizes = AS.per_client(AS.power(6, 1, 3, 5, start=0), N)
     make = lambda seed: AT.simulate(sizes, AT.draw_timing(N, 5, seed=seed, speed_spread=0.6, mean_delay=3.0),  # noqa: E731

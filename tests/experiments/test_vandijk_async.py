@@ -43,3 +43,23 @@ def test_dp_quick_form_reports_three_epsilons_and_no_guarantee(quick_results):
             assert p["moments_epsilon"] == pytest.approx(acct.moments_epsilon([16] * p["rounds"],
                                                                                 p["records_per_client"], p["sigma"],
                                                                                 5.5e-8))
+
+
+def test_rounds_of_the_sample_size_methods():
+    """Fig. 3's arithmetic: 20,000 iterations over 5 clients at global 50 i^c: c = 0 is 400 rounds, c = 1 needs
+    i (i + 1) / 2 >= 400, i.e. 28; the E.2.3 schedule 100 i per client needs 9 (the paper's Fig. 1a)."""
+    study = V.SAMPLING_STUDY
+    rounds = {spec[:3]: spec[-1] for spec in V._sampling_specs(study)}
+    assert rounds[("power", 50, 0.0)] == 400 and rounds[("power", 50, 1.0)] == 28
+    assert V.rounds_for(100 * np.arange(1, 100), 5, 20_000) == 9
+    assert math.ceil(20_000 / (5 * 200)) == 20
+
+
+@pytest.mark.slow
+def test_diminishing_and_sampling_quick_forms(quick_results):
+    _, dim = quick_results["vandijk-async/diminishing-phishing"]
+    settings = {r["setting"]: r for r in dim["runs"]}
+    assert set(settings) == {V.CONSTANT_LABEL, V._increasing_label("iterations"), V._increasing_label("rounds")}
+    assert settings[V.CONSTANT_LABEL]["rounds"] == 4 and settings[V._increasing_label("rounds")]["rounds"] == 6
+    _, samp = quick_results["vandijk-async/sampling-a9a"]
+    assert {r["method"]: r["rounds"] for r in samp["runs"]} == {"50 i^0": 20, "50 i^1": 6, "50 i / ln i": 7}
