@@ -533,3 +533,60 @@ DP_STUDY = register(Study(
     quick={"trials": 1, "panels": (Panel(PROBLEMS["w8a-strong"], (("problem", "w8a-strong"),)),),
            "settings": {"k_per_client": 400, "records_per_client": 2_000, "test_records": 1_000},
            "config": {"note": "quick form: strongly convex only, K = 400 per client, 2,000 records per client"}}))
+
+
+# ------------------------------------------------------------------------------------------------
+# App. D.3.2's Examples 1-5: the paper's selection beside the tight epsilon of the same rounds (computed)
+
+EXAMPLES = {  # name -> (N_c, eps, sigma, K epochs, r_0, passes, the paper's T, B_priv, delta)
+    "Example 1": (50_000, 2.0, 3.0, 100, 0.0110, 1, 54_546, 1.9707559905883425, 0.020570872204539764),
+    "Example 2": (10_000, 2.0, 5.0, 10, 0.0202, 1, 4951, None, None),
+    "Example 3": (10_000, 1.0, 8.0, 2.5, 1 / math.e, 3, 195, 5.78195582192962, 5.502343985212556e-8),
+    "Example 4": (25_000, 2.0, 8.0, 5, 0.0247, 1, 3239, 3.11154847209, 6.241319203188485e-5),
+    "Example 5": (25_000, 2.0, 8.0, 5, 1 / math.e, None, 364, 6.964834261123335, 8.56732681988984e-22),
+}
+"""The paper's inputs and printed outputs (digest §8.7; Example 2 is its "bad bound", no delta printed;
+Example 4's printed B_priv divides r_0 by 5 instead of sigma, so ours differs)."""
+
+
+def _example_row(static: dict, *, epsilon: float) -> dict:
+    """One Example: the selection (q, m, T, B_priv, delta), the paper's printed T / B_priv / delta, and at the
+    selection's delta the moments accountant on its rounds and the tight Poisson RDP epsilon of the same rounds."""
+    records, eps, sigma, k, r0, passes, paper_t, paper_b, paper_delta = EXAMPLES[static["example"]]
+    sel = acct.select_parameters(16, records, 1.0, eps, sigma, k, r0=r0, passes=passes)
+    sizes = np.asarray(sel.sample_sizes)
+    metrics = {"q": sel.q, "m": sel.m, "rounds": sel.rounds, "b_priv": sel.b_priv, "delta": sel.delta,
+               "paper_rounds": paper_t, "paper_b_priv": math.nan if paper_b is None else paper_b,
+               "paper_delta": math.nan if paper_delta is None else paper_delta,
+               "aggregate_noise": sel.aggregate_noise(sigma),
+               "moments_epsilon": acct.moments_epsilon(sizes, records, sigma, sel.delta),
+               "tight_epsilon": acct.tight_epsilon(sizes, records, sigma, sel.delta)}
+    return {"metrics": metrics, "epsilon_spent": math.inf, "delta": sel.delta, "seed": None, "records": records,
+            "sigma": sigma, "target_epsilon": eps}
+
+
+EXAMPLE_COLUMNS = (Column("T (ours)", "selection", "metric:rounds", fmt="{:.0f}"),
+                   Column("T (paper)", "selection", "metric:paper_rounds", fmt="{:.0f}"),
+                   Column("B_priv (ours)", "selection", "metric:b_priv", fmt="{:.6g}"),
+                   Column("B_priv (paper)", "selection", "metric:paper_b_priv", fmt="{:.6g}"),
+                   Column("delta (ours)", "selection", "metric:delta", fmt="{:.4g}"),
+                   Column("delta (paper)", "selection", "metric:paper_delta", fmt="{:.4g}"),
+                   Column("sqrt(T) sigma", "selection", "metric:aggregate_noise", fmt="{:.0f}"),
+                   Column("moments eps at that delta", "selection", "metric:moments_epsilon", fmt="{:.3f}"),
+                   Column("tight eps (Poisson RDP)", "selection", "metric:tight_epsilon", fmt="{:.3f}"))
+
+EXAMPLES_STUDY = register(Study(
+    name="vandijk-async/examples",
+    description="seed 003 App. D.3.2 Examples 1-5: the parameter selection beside the paper's numbers, and the "
+                "direct moments and tight epsilons of the same rounds; computed, no training",
+    data=lambda study, t, panel=None: Trial(None, None, None), data_per_panel=True, evaluate=None, init=None,
+    families=(Family("selection", "selection", _example_row,
+                     lambda study, panel, trial: [Program((("example", panel["example"]),),
+                                                          [{"epsilon": EXAMPLES[panel["example"]][1]}], 0)],
+                     runner="compute", accountant=None),),
+    panels=tuple(Panel(name, (("example", name),)) for name in EXAMPLES), select=Select(score=None),
+    report=Report(table=Table(columns=EXAMPLE_COLUMNS),
+                  header="vandijk-async/examples, {panel}: s_0 = 16, p = 1; the row's epsilon is the example's "
+                         "target"),
+    config={"paper": PAPER, "examples": {k: list(v[:6]) for k, v in EXAMPLES.items()}},
+    quick={}))
