@@ -34,7 +34,7 @@ from jaxfl.algorithms import async_schedules as AS
 from jaxfl.algorithms import async_timeline as AT
 from jaxfl.algorithms.async_dp import async_sgd
 from jaxfl.data import loaders
-from jaxfl.data.partition import iid
+from jaxfl.data.partition import iid, label_pairs
 from jaxfl.experiments.registry import register
 from jaxfl.experiments.report import Column, Report, Table
 from jaxfl.experiments.study import Family, Panel, Program, Select, Study, Trial
@@ -53,7 +53,8 @@ PROBLEMS = {"a9a-strong": "a9a, strongly convex", "a9a-plain": "a9a, plain conve
             "phishing-strong": "phishing, strongly convex", "phishing-plain": "phishing, plain convex",
             "ijcnn1-strong": "ijcnn1, strongly convex", "ijcnn1-plain": "ijcnn1, plain convex",
             "mnist-nonconvex": "MNIST, non-convex (LeNet-5)", "w8a-strong": "w8a, strongly convex",
-            "w8a-plain": "w8a, plain convex"}
+            "w8a-plain": "w8a, plain convex", "mnist01-strong": "MNIST 0 vs 1, strongly convex",
+            "mnist01-plain": "MNIST 0 vs 1, plain convex"}
 TIMING = {"speed_spread": 0.2, "mean_delay": 20.0, "delay_spread": 0.5, "lookahead": 1}
 
 
@@ -70,6 +71,10 @@ def _dataset(name: str):
         xt, yt = loaders.load_mnist("test")
         scale = lambda a: (np.asarray(a, np.float32) / np.float32(255.0))[..., None]   # noqa: E731
         return scale(x), np.asarray(y, np.int32), scale(xt), np.asarray(yt, np.int32)
+    if name == "mnist01":                                     # digits 0 and 1, flattened, label = the digit
+        x, y, xt, yt = _dataset("mnist")
+        keep, keep_t = y <= 1, yt <= 1
+        return x[keep].reshape(-1, 784), y[keep], xt[keep_t].reshape(-1, 784), yt[keep_t]
     if name in ("a9a", "ijcnn1"):
         return (*loaders.load_libsvm(name, "train"), *loaders.load_libsvm(name, "test"))
     x, y = loaders.load_libsvm(name, "train")
@@ -79,7 +84,7 @@ def _dataset(name: str):
 
 
 def _loss(problem: str, records: int):
-    if problem.startswith("mnist"):
+    if problem.startswith("mnist-"):
         return nets.classic_lenet5_loss
     if problem.endswith("strong"):
         lam = 1.0 / records
@@ -113,7 +118,11 @@ def _trial(study: Study, t: int, panel: Panel) -> Trial:
     x, y, xt, yt = _dataset(problem.split("-")[0])
     clients, per_client = study["clients"], study.settings.get("records_per_client")
     take = np.random.default_rng(100 + t).permutation(len(x))[:per_client * clients] if per_client else slice(None)
-    train = iid(x[take], y[take], clients, seed=t)
+    split = dict(panel.values).get("split", "iid")
+    if split == "biased":      # E.2.4: each client its own digits (0 | 1, or study["digit_groups"])
+        train = label_pairs(x[take], y[take], pairs=study["digit_groups"])
+    else:
+        train = iid(x[take], y[take], clients, seed=t)
     test = slice(None) if study["test_records"] is None else slice(0, study["test_records"])
     labels = np.asarray(yt[test])
     info = {"trial": t, "problem": problem, "clients": clients, "train_records": int(np.sum(np.asarray(train.counts))),
@@ -415,6 +424,68 @@ SAMPLING_STUDY = register(Study(
                         "records_per_client": 400, "test_records": 1_000},
            "config": {"note": "quick form: strongly convex only, 1,000 iterations, c in {0, 1} and i / ln i"}},
     variants=VARIANTS))
+
+
+# ------------------------------------------------------------------------------------------------
+# E.2.4 (Fig. 2, 10, 11): biased against unbiased data
+
+BIASED = {"eta0": 0.01, "beta": {"strong": 0.001, "plain": 0.01, "nonconvex": 0.01}, "slope": 50}
+"""E.2.4: eta0 0.01 per round (diminishing2), eta0 / (1 + beta t) strongly convex, / (1 + beta sqrt t) otherwise;
+linear s_{i,c} = 50 i (the paper gives no slope)."""
+
+
+def _biased_programs(study: Study, panel: Panel, trial: Trial):
+    convexity = panel["problem"].rsplit("-", 1)[1]
+    clients = trial.train.num_silos
+    rounds = rounds_for(BIASED["slope"] * np.arange(1, 1000), clients, study["iterations"])
+    static = _static(study, trial, panel["problem"], ("linear", BIASED["slope"], rounds),
+                     "inverse" if convexity == "strong" else "inverse_sqrt", "rounds", t=trial.info["trial"])
+    return [Program(static, [{"epsilon": 0.0, "learning_rate": BIASED["eta0"], "beta": BIASED["beta"][convexity]}],
+                    _slices(static), columns={"split": panel["split"], **_facts(static)})]
+
+
+def _biased_notes(doc: dict) -> str:
+    cells: dict = {}
+    for r in doc["runs"]:
+        cells.setdefault((r["problem"], r["split"]), []).append(r["metrics"]["test_accuracy"])
+    lines = ["Final test accuracy (mean ± std over trials), biased against unbiased clients. The paper's claim "
+             "(E.2.4): no significant difference.", "", "| problem | biased | unbiased |", "|---|---|---|"]
+    for problem in dict.fromkeys(p for p, _ in cells):
+        cell = lambda v: f"{np.mean(v):.4f} ± {np.std(v):.4f}" if v else "-"   # noqa: E731
+        lines.append(f"| {PROBLEMS[problem]} | {cell(cells.get((problem, 'biased')))} | "
+                     f"{cell(cells.get((problem, 'unbiased')))} |")
+    return "\n".join(lines + _majority(doc))
+
+
+def _biased(name: str, problems: tuple, clients: int, groups: tuple, iterations: int, init, note: str) -> Study:
+    panels = tuple(Panel(f"{PROBLEMS[p]}, {split}", (("problem", p), ("split", split)))
+                   for p in problems for split in ("biased", "unbiased"))
+    return Study(
+        name=name, description=f"seed 003 E.2.4 ({note}): biased (each client its own digits) against unbiased clients",
+        data=_trial, data_per_panel=True,
+        families=(Family("async", "async SGD", _build, _biased_programs, accountant=None,
+                         describe=lambda study, panel, trial, program, row: {"algorithm": row["split"]}),),
+        evaluate=evaluate, init=init,
+        report=Report(table=Table(columns=(), metric="test_accuracy", metric_name="test accuracy", digits=4,
+                                  references=("biased", "unbiased"), reference_value="mean_std"),
+                      header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_biased_notes),
+        panels=panels, select=Select(score=None), trials=3, seed=lambda trial, panel, rep: trial,
+        settings={"clients": clients, "digit_groups": groups, "iterations": iterations, "test_records": None},
+        config={"paper": PAPER, "timing": TIMING, "biased": dict(BIASED), "digit_groups": [list(g) for g in groups]},
+        quick={"trials": 1, "panels": panels[:2], "settings": {"iterations": 1_000, "test_records": 1_000},
+               "config": {"note": "quick form: the first problem only, 1,000 iterations"}},
+        variants={k: v for k, v in VARIANTS.items() if k != "sequential"})   # the split fixes the clients
+
+
+BIASED_STUDIES = {
+    "mnist01": register(_biased("vandijk-async/biased-mnist01", ("mnist01-strong", "mnist01-plain"), 2, ((0,), (1,)),
+                                10_000, lambda seed: init_linear(784), "Fig. 2, 10: logistic regression, MNIST 0 vs 1, "
+                                "2 clients, 10,000 iterations")),
+    "mnist": register(_biased("vandijk-async/biased-mnist", ("mnist-nonconvex",), 4, ((0, 1, 2), (3, 4, 5), (6, 7), (8, 9)),
+                              20_000, lambda seed: nets.init_params(nets.classic_lenet5, jax.random.PRNGKey(seed),
+                                                                    nets.IMAGE28_INPUT_SHAPE),
+                              "Fig. 11: LeNet-5, 4 clients with digits {0,1,2}, {3,4,5}, {6,7}, {8,9}, 20,000 iterations")),
+}
 
 
 # ------------------------------------------------------------------------------------------------

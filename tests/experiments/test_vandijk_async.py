@@ -81,3 +81,14 @@ def test_examples_study_beside_the_papers_numbers(quick_results):
             assert m["delta"] == pytest.approx(m["paper_delta"], rel=1e-8)
         if name != "Example 2":        # the paper's "bad bound": delta 0.41
             assert m["tight_epsilon"] < m["moments_epsilon"] < r["target_epsilon"]
+
+
+@pytest.mark.slow
+def test_biased_quick_form_gives_each_client_its_own_digit(quick_results):
+    _, doc = quick_results["vandijk-async/biased-mnist01"]
+    panels = doc["config"]["per_trial"][0]["panels"]
+    biased, unbiased = (panels[f"{V.PROBLEMS['mnist01-strong']}, {s}"] for s in ("biased", "unbiased"))
+    assert len(biased["silo_sizes"]) == len(unbiased["silo_sizes"]) == 2
+    assert sum(biased["silo_sizes"]) == sum(unbiased["silo_sizes"])
+    assert {r["split"] for r in doc["runs"]} == {"biased", "unbiased"}
+    assert all(r["rounds"] == V.rounds_for(50 * np.arange(1, 100), 2, 1_000) for r in doc["runs"])
