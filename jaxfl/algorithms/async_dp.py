@@ -105,12 +105,13 @@ class _Client(NamedTuple):
 
     def steps(self, base, model, partial, x, y, count, silo, rnd, start, num):
         """``num`` steps ``start, start + 1, ...`` of round ``rnd``: ``(model, partial)``."""
-        root = jax.random.wrap_key_data(base)
+        # keys.derive(root, round=rnd, silo=silo, step=h, ...), its first two fold_ins hoisted out of the loop
+        client_key = keys.silo_key(keys.round_key(jax.random.wrap_key_data(base), rnd), silo)
 
         def body(carry):
             j, model, partial = carry
             h = start + j
-            draw = keys.derive(root, round=rnd, silo=silo, step=h, purpose=keys.Purpose.MINIBATCH)
+            draw = keys.step_key(client_key, h, keys.Purpose.MINIBATCH)
             idx = jax.random.randint(draw, (), 0, jnp.maximum(count, 1))
             g = jax.grad(self.loss_fn)(model, x[idx], y[idx])
             if not math.isinf(self.clip_norm):
