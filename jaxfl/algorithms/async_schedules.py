@@ -90,7 +90,7 @@ def per_client(sizes, num_clients: int, weights=None, mode: str = "split", seed:
         raise ValueError(f"weights must be {n} non-negative numbers summing to 1, got {weights!r}")
     if checks.one_of("mode", mode, ("split", "multinomial")) == "split":
         return _sizes(np.outer(s, w), "per_client")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # host-rng-ok: Setup's schedule, fixed before the run (no data)
     return np.stack([rng.multinomial(int(si), w) for si in s]).astype(np.int64)
 
 

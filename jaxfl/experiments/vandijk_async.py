@@ -78,7 +78,7 @@ def _dataset(name: str):
     if name in ("a9a", "ijcnn1"):
         return (*loaders.load_libsvm(name, "train"), *loaders.load_libsvm(name, "test"))
     x, y = loaders.load_libsvm(name, "train")
-    perm = np.random.default_rng(0).permutation(len(x))
+    perm = np.random.default_rng(0).permutation(len(x))  # host-rng-ok: fixed data hold-out, not noise or sampling
     cut = len(x) * 9 // 10
     return x[perm[:cut]], y[perm[:cut]], x[perm[cut:]], y[perm[cut:]]
 
@@ -117,7 +117,8 @@ def _trial(study: Study, t: int, panel: Panel) -> Trial:
     problem = panel["problem"]
     x, y, xt, yt = _dataset(problem.split("-")[0])
     clients, per_client = study["clients"], study.settings.get("records_per_client")
-    take = np.random.default_rng(100 + t).permutation(len(x))[:per_client * clients] if per_client else slice(None)
+    rng = np.random.default_rng(100 + t)  # host-rng-ok: which records a quick form keeps (data layout)
+    take = rng.permutation(len(x))[:per_client * clients] if per_client else slice(None)
     split = dict(panel.values).get("split", "iid")
     if split == "biased":      # E.2.4: each client its own digits (0 | 1, or study["digit_groups"])
         train = label_pairs(x[take], y[take], pairs=study["digit_groups"])
