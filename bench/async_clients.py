@@ -32,7 +32,7 @@ from jaxfl.algorithms import async_dp, async_schedules, async_timeline
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine.driver import run_rounds
 from jaxfl.engine.protocol import initial_state
-from jaxfl.experiments.report import write_benchmark
+from jaxfl.experiments.report import best_seconds, write_benchmark
 
 D, RECORDS, ROUNDS, SIZE, CLIP, SIGMA, STEP = 123, 64, 10, 8, 1.0, 1.0, 0.5
 """Per-step size ``STEP / clients``: the server sums every client's update, so the run stays bounded."""
@@ -96,15 +96,6 @@ def numpy_run(timeline, x, y, seed: int = 0) -> np.ndarray:
     return v
 
 
-def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[16, 128, 1024, 4096])
@@ -133,8 +124,8 @@ def main():
         t0 = time.perf_counter()
         run()
         first = time.perf_counter() - t0
-        jaxfl_s = best(run, args.repeats)
-        numpy_s = best(lambda: numpy_run(timeline, x, y), args.repeats)
+        jaxfl_s = best_seconds(run, repeats=args.repeats, warmup=False)
+        numpy_s = best_seconds(lambda: numpy_run(timeline, x, y), repeats=args.repeats, warmup=False)
         steps = int(sizes.sum())
         rows.append({"clients": n, "slices": timeline.num_slices, "steps": steps, "simulate_seconds": simulate_s,
                      "jaxfl_seconds": jaxfl_s, "jaxfl_compile_seconds": max(first - jaxfl_s, 0.0),

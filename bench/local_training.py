@@ -42,23 +42,13 @@ from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.experiments import dprec_data
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
 from jaxfl.models import nets
 
 STEPS, BATCH, CLIENTS = 43, 20, 10
 MISSING_EXTRA = "needs torch: pip install -e '.[bench]'"
 # vs_pytorch rows: (name in bench/clipping_vs_opacus.py's MODELS, title, batch)
 TORCH_ROWS = [("lenet5", "LeNet-5", 20), ("lenet5", "LeNet-5", 64), ("cifar", "CifarCNN", 20), ("cifar", "CifarCNN", 64)]
-
-
-def best_seconds(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def step_seconds(module, repeats: int) -> float:
@@ -73,7 +63,7 @@ def step_seconds(module, repeats: int) -> float:
             return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, jax.grad(loss)(p, xb, yb)), None
         return jax.lax.scan(step, p, jnp.arange(STEPS))[0]
 
-    return best_seconds(jax.jit(epoch), (params,), repeats) / STEPS
+    return best_seconds(jax.jit(epoch), params, repeats=repeats) / STEPS
 
 
 def torch_mirrors():
@@ -163,7 +153,7 @@ def round_seconds(method: str, module, per_pass, train, repeats: int) -> float:
                       server_opt=optax.adam(2e-3), clients_per_pass=per_pass)
     state = algo.init(params)
     round_fn = jax.jit(algo.round)
-    return best_seconds(lambda: round_fn(state, train, jax.random.PRNGKey(1))[0], (), repeats)
+    return best_seconds(lambda: round_fn(state, train, jax.random.PRNGKey(1))[0], repeats=repeats)
 
 
 def measure_rounds(repeats: int) -> dict:

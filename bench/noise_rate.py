@@ -22,26 +22,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxfl.experiments.report import write_benchmark
+from jaxfl.experiments.report import best_seconds, write_benchmark
 from jaxfl.privacy.normal import standard_normal
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
-
-
-def best_seconds(fn, repeats: int) -> float:
-    fn()                                   # compile / warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main():
@@ -54,8 +43,8 @@ def main():
 
     fill = jax.jit(lambda v: jnp.full((n,), v, jnp.float32))
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
-    write = {"jax_fill": best_seconds(lambda: fill(1.0).block_until_ready(), args.repeats),
-             "numpy_copyto": best_seconds(lambda: np.copyto(dst, src), args.repeats)}
+    write = {"jax_fill": best_seconds(lambda: fill(1.0).block_until_ready(), repeats=args.repeats),
+             "numpy_copyto": best_seconds(lambda: np.copyto(dst, src), repeats=args.repeats)}
     bandwidth = nbytes / write["jax_fill"]                         # bytes written per second
 
     def make_row(name, seconds):
@@ -65,15 +54,15 @@ def main():
     key = jax.random.key(0)
     ours = jax.jit(lambda k: standard_normal(k, (n,)))
     rows = [make_row("jaxfl.privacy.normal.standard_normal (threefry2x32, both words; jaxfl's noise)",
-                best_seconds(lambda: ours(key).block_until_ready(), args.repeats))]
+                best_seconds(lambda: ours(key).block_until_ready(), repeats=args.repeats))]
     for impl in IMPLS:
         key = jax.random.key(0, impl=impl)
         draw = jax.jit(lambda k: jax.random.normal(k, (n,), jnp.float32))
-        seconds = best_seconds(lambda: draw(key).block_until_ready(), args.repeats)
+        seconds = best_seconds(lambda: draw(key).block_until_ready(), repeats=args.repeats)
         rows.append(make_row(f"jax.random.normal, {impl}" + (" (the default key)" if impl == "threefry2x32" else ""),
                         seconds))
     rng = np.random.default_rng(0)  # host-rng-ok: the NumPy baseline's own generator
-    numpy_seconds = best_seconds(lambda: rng.standard_normal(n, dtype=np.float32), args.repeats)
+    numpy_seconds = best_seconds(lambda: rng.standard_normal(n, dtype=np.float32), repeats=args.repeats)
     rows.append(make_row("NumPy Generator.standard_normal (PCG64, ziggurat), float32", numpy_seconds))
     default = rows[0]["seconds"]
     record = {

@@ -27,7 +27,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 
 try:
     import resource  # POSIX only
@@ -38,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
-from jaxfl.experiments.report import write_benchmark
+from jaxfl.experiments.report import best_seconds, write_benchmark
 
 SIGMA = 0.005
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters
@@ -64,16 +63,6 @@ def programs(layout: rec.BlockLayout):
 
 def inputs(size: int):
     return (jax.random.normal(jax.random.PRNGKey(0), (size,)) * SIGMA, jnp.uint32(7), jax.random.PRNGKey(1))
-
-
-def best_seconds(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def compiled_bytes(fn, args) -> int:
@@ -129,7 +118,7 @@ def main(argv=None) -> int:
         layout = rec.whole(size, args.bits)
         fns = {name: jax.jit(fn) for name, fn in programs(layout).items()}
         data = inputs(size)
-        secs = {name: best_seconds(fn, data, args.repeats) for name, fn in fns.items()}
+        secs = {name: best_seconds(fn, *data, repeats=args.repeats) for name, fn in fns.items()}
         xla = {name: compiled_bytes(fn, data) for name, fn in programs(layout).items()}
         rss = rss_by_size[size]
         block = 4 * size
@@ -153,8 +142,8 @@ def main(argv=None) -> int:
     mus = jax.random.normal(jax.random.PRNGKey(0), (b, lenet.size)) * SIGMA
     seeds = jnp.arange(b, dtype=jnp.uint32)
     keys = jax.random.split(jax.random.PRNGKey(1), b)
-    t_batched = best_seconds(batched, (mus, seeds, keys), max(1, args.repeats // 2))
-    t_bare = best_seconds(bare_batched, (jax.random.PRNGKey(2),), max(1, args.repeats // 2))
+    t_batched = best_seconds(batched, mus, seeds, keys, repeats=max(1, args.repeats // 2))
+    t_bare = best_seconds(bare_batched, jax.random.PRNGKey(2), repeats=max(1, args.repeats // 2))
     lenet_row = {"model": "MnistLeNet5 (582,026 params, 8 tensors)", "clients": b, "K": 2**args.bits,
                  "seconds_fused": t_batched, "seconds_bare_normal": t_bare, "ratio_bare_over_fused": t_bare / t_batched}
     print(f"LeNet-5 x {b} clients (vmap): fused {t_batched:.2f} s, bare normal {t_bare:.2f} s, "

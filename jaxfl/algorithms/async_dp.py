@@ -276,3 +276,12 @@ def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf
 
 def _bcast(mask, like):
     return jnp.reshape(mask, mask.shape + (1,) * (jnp.ndim(like) - mask.ndim))
+
+
+def latest_broadcast(state: SiloState):
+    """The newest model the server has broadcast, ``v_hat_k`` at ``k = state.server.k`` (the initial model
+    before the first broadcast): what clients train from, and what the paper's figures plot per round.
+    ``state.params`` (``v_hat``) may also hold messages of rounds still open."""
+    server = state.server
+    ring = jax.tree_util.tree_leaves(server.ring)[0].shape[0]
+    return _tmap(lambda r: r[server.k % ring], server.ring)

@@ -35,7 +35,8 @@ class SweepResult(NamedTuple):
     ``params``/``infos``/``metrics``: leaves ``[len(configs), len(seeds), ...]``;
     ``epsilons``: ``float64[len(configs)]``, each configuration's epsilon (nats; the worst silo's for
     ISRL-DP) after the sweep's rounds at its ``delta``, ``inf`` for configurations that are not private,
-    or None when no ``delta`` was given."""
+    or None when no ``delta`` was given; ``history``: with ``eval_every = k``, the evaluation after rounds
+    ``k, 2k, ...`` (leaves ``[len(configs), len(seeds), rounds // k]``), else None."""
 
     configs: list
     seeds: np.ndarray
@@ -43,6 +44,7 @@ class SweepResult(NamedTuple):
     infos: Any
     metrics: Any
     epsilons: np.ndarray | None = None
+    history: Any = None
 
 
 def grid_points(grid: dict[str, Sequence]) -> list[dict]:
@@ -66,7 +68,8 @@ def configurations(grid: dict[str, Sequence] | Sequence[dict]) -> list[dict]:
 def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict], data: FederatedData, params, *, rounds: int,
           seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
           configs_per_batch: int | None = None, delta=None, accountant: str = "rdp",
-          constants: dict | None = None, silo_models: bool = False) -> SweepResult:
+          constants: dict | None = None, silo_models: bool = False, eval_every: int | None = None,
+          evaluate_on: Callable[[Any], Any] | None = None) -> SweepResult:
     """Runs ``build(**config)`` for every grid point and seed as vmapped, compiled programs.
 
     Args:
@@ -91,8 +94,20 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
       silo_models: hand ``evaluate`` every silo's own model instead of the shared one: leaves
         ``[num_silos, ...]``, from ``algorithm.silo_params`` (personalised algorithms), or the shared model
         repeated for every silo when the algorithm has none. (``SweepResult.params`` stays the shared model.)
+      eval_every: also evaluate after every ``eval_every`` rounds (``SweepResult.history``: a learning curve
+        of ``rounds // eval_every`` points, the rounds running as a scan of ``eval_every``-round scans, so one
+        compiled body serves every point); needs ``evaluate``.
+      evaluate_on: ``state -> params``, the model ``evaluate`` receives (e.g.
+        :func:`jaxfl.algorithms.async_dp.latest_broadcast`); default ``state.params`` (or, with
+        ``silo_models``, every silo's own model). A module-level function: it keys the compiled program.
     """
     checks.federated_data(data)
+    if eval_every is not None:
+        checks.positive_int("eval_every", eval_every)
+        if evaluate is None:
+            raise ValueError(f"eval_every={eval_every} needs an evaluate function")
+        if eval_every > rounds:
+            raise ValueError(f"eval_every={eval_every} is more than the sweep's rounds={rounds}")
     if delta is not None:
         checks.delta("delta", delta)
     configs = configurations(grid)
@@ -101,30 +116,54 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
     table = {n: jnp.asarray([c[n] for c in configs], jnp.float32) for n in names}
     table["__config__"] = jnp.arange(len(configs))  # gives vmap an axis even for an empty grid
     constants = dict(constants or {})
-    program = _program(build, names, int(rounds), evaluate, eval_data is not None, bool(silo_models))
+    if evaluate_on is not None and silo_models:
+        raise ValueError("give silo_models or evaluate_on, not both")
+    program = _program(build, names, int(rounds), evaluate, eval_data is not None, bool(silo_models),
+                       None if eval_every is None else int(eval_every), evaluate_on)
     traced = jax.tree_util.tree_map(jnp.asarray, constants)
-    out = run_batched(program, table, seeds, configs_per_batch, data, params, eval_data, traced)
+    params_out, infos, metrics, history = run_batched(program, table, seeds, configs_per_batch, data, params,
+                                                      eval_data, traced)
     epsilons = None if delta is None else _account(build, configs, np.asarray(data.counts), int(rounds), delta,
                                                    accountant, constants)
-    return SweepResult(configs, seeds, *out, epsilons)
+    return SweepResult(configs, seeds, params_out, infos, metrics, epsilons,
+                       None if eval_every is None else history)
 
 
 @functools.lru_cache(maxsize=64)
-def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool, silo_models: bool = False):
+def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool, silo_models: bool = False,
+             eval_every: int | None = None, evaluate_on=None):
     """The jitted grid program ``(table, seeds, data, params, eval_data, constants) -> (params, infos,
-    metrics)``; cached, so that jit's own cache serves every later call with arguments of the same shapes."""
+    metrics, history)`` (``history`` ``{}`` without ``eval_every``); cached, so that jit's own cache serves
+    every later call with arguments of the same shapes."""
 
     def one(hp, seed, data, params, eval_data, constants):
         algorithm = build(**{n: hp[n] for n in names}, **constants)
         check_schedule(algorithm, rounds)
         state = initial_state(algorithm, params, data.num_silos)
-        state, infos = run_rounds(algorithm, state, data, jax.random.key(seed), 0, rounds)
-        if evaluate is None:
-            metrics = {}
+        key = jax.random.key(seed)
+
+        def measure(state):
+            models = (evaluate_on(state) if evaluate_on is not None else
+                      silo_models_of(algorithm, state, data.num_silos) if silo_models else state.params)
+            return evaluate(models, eval_data) if with_eval_data else evaluate(models)
+
+        history = {}
+        if eval_every is None:
+            state, infos = run_rounds(algorithm, state, data, key, 0, rounds)
         else:
-            models = silo_models_of(algorithm, state, data.num_silos) if silo_models else state.params
-            metrics = evaluate(models, eval_data) if with_eval_data else evaluate(models)
-        return state.params, infos, metrics
+            points, rest = divmod(rounds, eval_every)
+
+            def block(state, b):
+                state, block_infos = run_rounds(algorithm, state, data, key, b * eval_every, eval_every)
+                return state, (block_infos, measure(state))
+
+            state, (infos, history) = jax.lax.scan(block, state, jnp.arange(points))
+            infos = jax.tree_util.tree_map(lambda a: a.reshape((points * eval_every,) + a.shape[2:]), infos)
+            if rest:
+                state, last = run_rounds(algorithm, state, data, key, points * eval_every, rest)
+                infos = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, last)
+        metrics = {} if evaluate is None else measure(state)
+        return state.params, infos, metrics, history
 
     over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None, None))
     return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None, None)))

@@ -83,6 +83,23 @@ class Figure:
 
 
 @dataclasses.dataclass(frozen=True)
+class RoundsFigure:
+    """Learning curves (``curves.png``): a metric against rounds from the runs' ``curve`` (programs with
+    ``eval_every``), one subplot per panel, one line per curve's algorithm: the pointwise mean over its runs
+    (trials), with their min-max as a band (runs with more points are sampled at the shortest's count). ``x``: ``"round"`` (engine rounds), or a run's list column of
+    the same length as its curve (e.g. the server rounds completed at each point)."""
+
+    curves: tuple
+    title: str                         # format fields: {panel} and results.json's config
+    ylabel: str
+    metric: str = "test_accuracy"
+    x: str = "round"
+    xlabel: str = "round"
+    columns: int = 2
+    caption: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """What a study reports: a summary table and (optionally) a figure; ``paper`` holds the paper's own
     numbers by ``(algorithm, epsilon)``, printed beside ours; ``header`` opens each panel's table (format
@@ -93,6 +110,7 @@ class Report:
     paper: Mapping = dataclasses.field(default_factory=dict)
     header: str = "{name}, {panel}: {trials} trial(s) x {reps} seed(s) ({form} form)"
     notes: Callable[[dict], str] | None = None
+    rounds_figure: RoundsFigure | None = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -102,6 +120,23 @@ class Report:
 def cpu_model() -> str:
     """The processor as ``platform`` knows it (its name where the OS reports one, else the architecture)."""
     return platform.processor() or platform.machine()
+
+
+def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
+    """The fastest of ``repeats`` timed calls ``fn(*args)`` (seconds, waiting for JAX results), after one
+    untimed call (compilation, caches) unless ``warmup=False``: the benchmarks' timer."""
+    import time
+
+    import jax
+
+    if warmup:
+        jax.block_until_ready(fn(*args))
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def write_benchmark(record: dict, path) -> Path:
@@ -162,6 +197,12 @@ def curves(rows: list[dict]) -> list[dict]:
             out += [{**base, "seed": r.get("seed"), **{k: v for k, v in h.items() if not isinstance(v, (dict, list))}}
                     for h in r["history"]]
             continue
+        curve = r.get("curve") or {}
+        metrics = [m for m in curve if m != "round" and m.endswith("_seeds")]
+        for s, _ in enumerate(curve[metrics[0]] if metrics else ()):
+            out += [{**base, "rep": s, "round": x, "evaluated": True,
+                     **{m.removesuffix("_seeds"): curve[m][s][i] for m in metrics}}
+                    for i, x in enumerate(curve["round"])]
         infos = r.get("infos") or {}
         if not infos:
             continue
@@ -221,6 +262,8 @@ def render(doc: dict, report: Report, out_dir) -> None:
     (out / "summary.md").write_text(summary(doc, report) + "\n")
     if report.figure is not None:
         figure(doc, report.figure, out / "figure.png")
+    if report.rounds_figure is not None:
+        rounds_figure(doc, report.rounds_figure, out / "curves.png")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -449,13 +492,7 @@ def figure(doc: dict, layout: Figure, path) -> None:
             ax.set_xticks(eps)
             ax.set_xticklabels([f"{e:g}" for e in eps])
         ax.minorticks_off()
-        ax.set_xlabel(layout.xlabel)
-        ax.set_ylabel(layout.ylabel)
-        form = form_label(doc["config"].get("form", "full"))
-        ax.set_title(layout.title.format(**{**doc["config"], "panel": panel})
-                     + ("" if form == "full" else f" [{form.upper()} FORM]"), fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _finish_axes(ax, doc, layout, panel)
     for ax in axes.ravel()[len(panels):]:
         ax.axis("off")
     text = layout.caption.format(**doc["config"]) if layout.caption else ""
@@ -464,5 +501,57 @@ def figure(doc: dict, layout: Figure, path) -> None:
     fig.text(0.01, 0.01, text, fontsize=6.5, va="bottom", ha="left", wrap=True)
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, min(0.45, (0.12 * (text.count("\n") + 2) + 0.1) / height), 1, 1))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _finish_axes(ax, doc: dict, layout, panel: str) -> None:
+    """Labels, the panel's title (marked when the form is not the full one), grid and legend."""
+    ax.set_xlabel(layout.xlabel)
+    ax.set_ylabel(layout.ylabel)
+    form = form_label(doc["config"].get("form", "full"))
+    ax.set_title(layout.title.format(**{**doc["config"], "panel": panel})
+                 + ("" if form == "full" else f" [{form.upper()} FORM]"), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def rounds_figure(doc: dict, layout: RoundsFigure, path) -> None:
+    """Learning curves per panel as ``layout`` says (runs without a ``curve`` are skipped)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [p for p in _panels(doc) if any(r.get("curve") and r.get("panel", "") == p for r in doc["runs"])]
+    if not panels:
+        return
+    cols = min(layout.columns, len(panels))
+    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(6.0 * cols, 4.3 * math.ceil(len(panels) / cols) + 0.6),
+                             squeeze=False)
+    for ax, panel in zip(axes.ravel(), panels):
+        for curve in layout.curves:
+            runs = [r for r in doc["runs"] if r.get("panel", "") == panel and r["algorithm"] == curve.algorithm
+                    and r.get("curve")]
+            if not runs:
+                continue
+            # runs may have different point counts (e.g. a timeline per trial): each is sampled at the same
+            # fractions of its run, as many points as the shortest has, first and last kept
+            ys = [np.asarray(r["curve"][layout.metric], np.float64) for r in runs]
+            xs = [np.asarray(r["curve"]["round"] if layout.x == "round" else r[layout.x], np.float64) for r in runs]
+            m = min(len(v) for v in ys)
+            pick = [np.round(np.linspace(0, len(v) - 1, m)).astype(int) for v in ys]
+            y = np.stack([v[i] for v, i in zip(ys, pick)])                                  # [runs, points]
+            x = np.stack([v[i] for v, i in zip(xs, pick)])
+            ax.plot(x.mean(axis=0), y.mean(axis=0), label=curve.algorithm, **curve.style)
+            if len(runs) > 1:
+                ax.fill_between(x.mean(axis=0), y.min(axis=0), y.max(axis=0), alpha=0.12,
+                                color=curve.style.get("color"))
+        _finish_axes(ax, doc, layout, panel)
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
+    if layout.caption:
+        fig.text(0.01, 0.01, layout.caption.format(**doc["config"]), fontsize=6.5, va="bottom", ha="left", wrap=True)
+    fig.tight_layout(rect=(0, 0.06 if layout.caption else 0, 1, 1))
     fig.savefig(path, dpi=130)
     plt.close(fig)

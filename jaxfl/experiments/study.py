@@ -93,6 +93,9 @@ class Program:
       constants: values of the build that change with the trial (e.g. calibrated noise multipliers):
         traced arguments of the program, host values for the accounting.
       columns: facts copied into every row (e.g. the minibatch size).
+      eval_every: also evaluate every this many rounds (a learning curve: each row's ``curve``, the mean
+        over seeds of every metric after rounds ``eval_every, 2 eval_every, ...`` and the last round;
+        ``"sweep"`` families).
     """
 
     static: tuple
@@ -100,6 +103,7 @@ class Program:
     rounds: int
     constants: Mapping = dataclasses.field(default_factory=dict)
     columns: Mapping = dataclasses.field(default_factory=dict)
+    eval_every: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +178,7 @@ class Study:
       eval_every: train runs: rounds between evaluations (and checkpoints).
       silo_models: sweeps: ``evaluate`` receives every silo's own model (leaves ``[num_silos, ...]``; see
         :func:`jaxfl.engine.sweep.sweep`), for personalised algorithms evaluated per silo.
+      evaluate_on: sweeps: ``state -> params``, the model ``evaluate`` receives (default ``state.params``).
       form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
       only_panels: set by :meth:`form_of`: the labels of the panels to run (None: all). A partial run keeps
         every panel's index, so its stored parts are the full run's and a later full run reuses them.
@@ -201,6 +206,7 @@ class Study:
     configs_per_batch: int | Mapping[str, int | None] | None = None
     eval_every: int | None = None
     silo_models: bool = False
+    evaluate_on: Callable | None = None
     data_per_panel: bool = False
     form: str = "full"
     only_panels: tuple | None = None
@@ -339,6 +345,8 @@ def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial:
                     else math.inf,
                     "wall_seconds": seconds / len(groups),
                     "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},
+                    **({} if out.history is None else {"curve": _curve(out.history, out.metrics, best, program.eval_every,
+                                                                 program.rounds)}),
                     "params": None if out.params is None else
                     jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)})
         if study.final is not None:
@@ -352,6 +360,22 @@ def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial:
     return rows
 
 
+def _curve(history: dict, final: dict, config: int, every: int, rounds: int) -> dict:
+    """A row's learning curve: ``{"round": [k, 2k, ..., rounds], metric: mean over seeds, metric_seeds:
+    [seed][point]}``; the final evaluation closes it when ``rounds`` is not a multiple of ``k``."""
+    values = {m: np.asarray(v, np.float64)[config] for m, v in history.items()}   # [seeds, points]
+    points = next(iter(values.values())).shape[-1]
+    curve = {"round": [every * (i + 1) for i in range(points)]}
+    if rounds % every:
+        curve["round"].append(rounds)
+        values = {m: np.concatenate([v, np.asarray(final[m], np.float64)[config][:, None]], axis=1)
+                  for m, v in values.items()}
+    for m, v in values.items():
+        curve[m] = v.mean(axis=0).tolist()
+        curve[f"{m}_seeds"] = v.tolist()
+    return curve
+
+
 def _delta_field(deltas):
     d = np.atleast_1d(np.asarray(deltas, np.float64))
     return float(d[0]) if np.all(d == d[0]) else d.tolist()
@@ -362,7 +386,8 @@ def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: 
                  rounds=program.rounds, seeds=seeds, evaluate=study.evaluate, eval_data=trial.eval_data,
                  configs_per_batch=study.batch_for(family.name),
                  delta=None if family.accountant is None else trial.deltas, accountant=family.accountant or "rdp",
-                 constants=program.constants, silo_models=study.silo_models)
+                 constants=program.constants, silo_models=study.silo_models, eval_every=program.eval_every,
+                 evaluate_on=study.evaluate_on)
 
 
 def _fingerprint(study: Study, family: Family, program: Program, seeds: list) -> str:
@@ -376,9 +401,11 @@ def _fingerprint(study: Study, family: Family, program: Program, seeds: list) ->
             return getattr(value, "__qualname__", repr(value))
         return np.asarray(value).tolist()
 
+    curve = (() if program.eval_every is None else (("eval_every", int(program.eval_every)),)) + (
+        () if study.evaluate_on is None else (("evaluate_on", plain(study.evaluate_on)),))   # older parts: neither
     return repr((study.name, study.form, family.name, plain(dict(program.static)), plain(program.grid),
                  plain(dict(program.constants)), int(program.rounds), [int(s) for s in seeds],
-                 study.batch_for(family.name), jax.__version__))
+                 study.batch_for(family.name), jax.__version__) + curve)
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,

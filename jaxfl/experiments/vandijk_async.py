@@ -32,11 +32,11 @@ import numpy as np
 from jaxfl.accounting import vandijk_async as acct
 from jaxfl.algorithms import async_schedules as AS
 from jaxfl.algorithms import async_timeline as AT
-from jaxfl.algorithms.async_dp import async_sgd
+from jaxfl.algorithms.async_dp import async_sgd, latest_broadcast
 from jaxfl.data import loaders
 from jaxfl.data.partition import iid, label_pairs
 from jaxfl.experiments.registry import register
-from jaxfl.experiments.report import Column, Report, Table
+from jaxfl.experiments.report import Column, Curve, Report, RoundsFigure, Table
 from jaxfl.experiments.study import Family, Panel, Program, Select, Study, Trial
 from jaxfl.models import nets
 from jaxfl.models.linear import init_linear, linear, logistic_loss
@@ -90,6 +90,10 @@ def _loss(problem: str, records: int):
         lam = 1.0 / records
         return lambda p, x, y: logistic_loss(p, x, y) + 0.5 * lam * jnp.sum(jnp.square(p["w"]))
     return logistic_loss
+
+
+def _lenet_init(seed):
+    return nets.init_params(nets.classic_lenet5, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE)
 
 
 def evaluate(params, eval_data) -> dict:
@@ -187,6 +191,32 @@ def _facts(static) -> dict:
             "max_lookahead": int(tl.lookahead.max()), "end_time": float(tl.boundaries[-1])}
 
 
+CURVE_POINTS = 40
+"""Learning-curve points per run (the paper's figures plot accuracy against rounds)."""
+
+
+def _curve(static, columns: dict) -> dict:
+    """``Program`` keywords for a run evaluated at ~:data:`CURVE_POINTS` evenly spaced slices and its end: ``eval_every``
+    and ``columns`` with ``curve_server_rounds``, the rounds the server had completed (broadcast) when each
+    point was taken, the x axis of the paper's figures."""
+    s = dict(static)
+    tl = _timeline(s["schedule"], s["clients"], s["timing_seed"], s["timing"])
+    every = max(1, tl.num_slices // CURVE_POINTS)
+    completed = np.maximum(np.maximum.accumulate(tl.broadcast_after.max(axis=1)), 0)   # [S], the latest k
+    points = completed[every - 1::every][: tl.num_slices // every]
+    if tl.num_slices % every:                       # the curve's last point is the run's end (Program.eval_every)
+        points = np.append(points, completed[-1])
+    return {"eval_every": every, "columns": {**columns, **_facts(static), "curve_server_rounds": points.tolist()}}
+
+
+def _rounds_figure(curves: tuple, title: str) -> RoundsFigure:
+    colors = ("C0", "C1", "C2", "C3", "C4", "C5", "C6")
+    return RoundsFigure(curves=tuple(Curve(c, {"color": col}) for c, col in zip(curves, colors)), title=title,
+                        ylabel="test accuracy (latest broadcast)", x="curve_server_rounds",
+                        xlabel="communication rounds completed", caption="Mean over trials (band: min-max); "
+                        "evaluated every ~1/40 of the run's slices.")
+
+
 VARIANTS = {
     "mean": {"settings": {"aggregation": "mean"},
              "config": {"note": "the server applies each client's update divided by n (FedAvg-style) instead of "
@@ -266,18 +296,17 @@ TABLE3_A9A = register(_table3("vandijk-async/table3-a9a", ("a9a-strong", "a9a-pl
                               "a9a, strongly and plain convex logistic regression"))
 TABLE3_MNIST = register(_table3(
     "vandijk-async/table3-mnist", ("mnist-nonconvex",),
-    lambda seed: nets.init_params(nets.classic_lenet5, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE),
-    "mnist-nonconvex", "MNIST, LeNet-5"))
+    _lenet_init, "mnist-nonconvex", "MNIST, LeNet-5"))
 
 
 # ------------------------------------------------------------------------------------------------
 # E.2.3 (Fig. 1a, 6, 7): constant step and sample size against diminishing step, increasing sample size
 
 DIMINISHING = {"iterations": 20_000, "constant_size": 200, "constant_rate": 0.0025, "eta0": 0.1,
-               "increasing_slope": 100, "beta": {"strong": 0.001, "plain": 0.01}}
+               "increasing_slope": 100, "beta": {"strong": 0.001, "plain": 0.01, "nonconvex": 0.01}}
 """E.2.3 as the digest reads it (§9.7): 20,000 iterations over 5 clients; constant eta 0.0025 with s = 200 per
 client (20 rounds); diminishing eta_t = 0.1 / (1 + 0.001 t) (strongly convex) or 0.1 / (1 + 0.01 sqrt t) (plain
-convex), per iteration (diminishing1) or per round (diminishing2), with s_{i,c} = 100 i (9 rounds: the
+convex, and non-convex: Fig. 8), per iteration (diminishing1) or per round (diminishing2), with s_{i,c} = 100 i (9 rounds: the
 paper's slope is not given; this is the linear schedule its "9 rounds" fits)."""
 CONSTANT_LABEL = "constant eta 0.0025, s = 200"
 
@@ -301,59 +330,89 @@ def _diminishing_programs(study: Study, panel: Panel, trial: Trial):
     out = []
     static = _static(study, trial, panel["problem"], constant, t=t)
     out.append(Program(static, {"epsilon": [0.0], "learning_rate": [d["constant_rate"]]}, _slices(static),
-                       columns={"setting": CONSTANT_LABEL, **_facts(static)}))
+                       **_curve(static, {"setting": CONSTANT_LABEL})))
     kind = "inverse" if convexity == "strong" else "inverse_sqrt"
     for per in ("iterations", "rounds"):
         static = _static(study, trial, panel["problem"], increasing, kind, per, t=t)
         out.append(Program(static, [{"epsilon": 0.0, "learning_rate": d["eta0"], "beta": d["beta"][convexity]}],
-                           _slices(static), columns={"setting": _increasing_label(per), **_facts(static)}))
+                           _slices(static), **_curve(static, {"setting": _increasing_label(per)})))
     return out
 
 
-def _diminishing_notes(doc: dict) -> str:
+def _mean_curve(runs: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(server rounds, accuracy)``: the pointwise mean learning curve of ``runs`` (trials), each sampled at
+    the shortest's number of points (as ``curves.png`` draws it)."""
+    m = min(len(r["curve"]["test_accuracy"]) for r in runs)
+    pick = lambda v: np.asarray(v, np.float64)[np.round(np.linspace(0, len(v) - 1, m)).astype(int)]  # noqa: E731
+    return (np.mean([pick(r["curve_server_rounds"]) for r in runs], axis=0),
+            np.mean([pick(r["curve"]["test_accuracy"]) for r in runs], axis=0))
+
+
+def _settings_table(doc: dict, key: str, intro: str, facts=("rounds",), reach: str | None = None) -> str:
+    """Notes: per panel and value of the runs' column ``key``, the runs' ``facts`` and final test accuracy
+    (mean ± std over trials); with ``reach`` (a value of ``key``), also the first round at which each mean
+    learning curve reaches that setting's final mean accuracy in the panel."""
     cells: dict = {}
     for r in doc["runs"]:
-        cells.setdefault((r["panel"], r["setting"]), []).append(r)
-    lines = ["Rounds and final test accuracy (mean ± std over trials). The paper's claim (Fig. 1a, E.2.3): the "
-             "constant setting needs 20 rounds, diminishing steps with increasing samples 9, at similar or better "
-             "accuracy.", "", "| panel | setting | rounds | iterations | test accuracy |", "|---|---|---|---|---|"]
-    for (panel, setting), recs in cells.items():
+        cells.setdefault((r["panel"], r[key]), []).append(r)
+    target = {panel: np.mean([r["metrics"]["test_accuracy"] for r in recs])
+              for (panel, value), recs in cells.items() if value == reach}
+    extra = (f"first round at {reach}'s final accuracy",) if reach is not None else ()
+    header = ("panel", key, *facts, "test accuracy", *extra)
+    lines = [intro, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (panel, value), recs in cells.items():
         acc = [r["metrics"]["test_accuracy"] for r in recs]
-        lines.append(f"| {panel} | {setting} | {recs[0]['rounds']} | {recs[0]['iterations']} | "
-                     f"{np.mean(acc):.4f} ± {np.std(acc):.4f} |")
+        row = f"| {panel} | {value} | " + "".join(f"{recs[0][f]} | " for f in facts) + \
+            f"{np.mean(acc):.4f} ± {np.std(acc):.4f} |"
+        if extra:
+            rounds, curve = _mean_curve(recs) if all(r.get("curve") for r in recs) else ([], [])
+            hit = np.flatnonzero(np.asarray(curve) >= target.get(panel, np.inf) - 1e-9)
+            row += f" {rounds[hit[0]]:.0f} |" if len(hit) else " - |"   # "-": not reached
+        lines.append(row)
     return "\n".join(lines + _majority(doc))
+
+
+def _diminishing_notes(doc: dict) -> str:
+    return _settings_table(doc, "setting", "Rounds and final test accuracy (mean ± std over trials). The paper's "
+                           "claim (Fig. 1a, E.2.3): the constant setting needs 20 rounds, diminishing steps with "
+                           "increasing samples 9, at similar or better accuracy. Last column: from the mean "
+                           "learning curve (server rounds completed, mean over trials).", ("rounds", "iterations"),
+                           reach=CONSTANT_LABEL)
 
 
 def _linear_init(name: str):
     return lambda seed: init_linear(loaders.LIBSVM_FEATURES[name])
 
 
-def _diminishing(dataset: str) -> Study:
+def _diminishing(dataset: str, convexities=("strong", "plain"), init=None, figures="Fig. 1a, 6, 7") -> Study:
     labels = (CONSTANT_LABEL, _increasing_label("iterations"), _increasing_label("rounds"))
+    first = f"{dataset}-{convexities[0]}"
     return Study(
         name=f"vandijk-async/diminishing-{dataset}",
-        description=f"seed 003 E.2.3 (Fig. 1a, 6, 7) on {dataset}: constant step and sample size (20 rounds) against "
+        description=f"seed 003 E.2.3 ({figures}) on {dataset}: constant step and sample size (20 rounds) against "
                     "diminishing steps with increasing sample sizes (9 rounds), 20,000 iterations over 5 clients",
         data=_trial, data_per_panel=True,
         families=(Family("async", "async SGD", _build, _diminishing_programs, accountant=None,
                          describe=lambda study, panel, trial, program, row: {"algorithm": row["setting"]}),),
-        evaluate=evaluate, init=_linear_init(dataset),
+        evaluate=evaluate, evaluate_on=latest_broadcast, init=init or _linear_init(dataset),
         report=Report(table=Table(columns=(), metric="test_accuracy", metric_name="test accuracy", digits=4,
                                   references=labels, reference_value="mean_std"),
-                      header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_diminishing_notes),
-        panels=tuple(Panel(PROBLEMS[f"{dataset}-{c}"], (("problem", f"{dataset}-{c}"),)) for c in ("strong", "plain")),
+                      header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_diminishing_notes,
+                      rounds_figure=_rounds_figure(labels, f"seed 003 {figures} ({{panel}})")),
+        panels=tuple(Panel(PROBLEMS[f"{dataset}-{c}"], (("problem", f"{dataset}-{c}"),)) for c in convexities),
         select=Select(score=None), trials=3, seed=lambda trial, panel, rep: trial,
         settings={"clients": 5, "diminishing": DIMINISHING, "test_records": None},
         config={"paper": PAPER, "timing": TIMING, "diminishing": {k: v for k, v in DIMINISHING.items()}},
-        quick={"trials": 1, "panels": (Panel(PROBLEMS[f"{dataset}-strong"], (("problem", f"{dataset}-strong"),)),),
+        quick={"trials": 1, "panels": (Panel(PROBLEMS[first], (("problem", first),)),),
                "settings": {"diminishing": {**DIMINISHING, "iterations": 1_000, "constant_size": 50,
                                             "increasing_slope": 10},
                             "records_per_client": 400, "test_records": 1_000},
-               "config": {"note": "quick form: strongly convex only, 1,000 iterations, s = 50 against 10 i"}},
+               "config": {"note": f"quick form: {PROBLEMS[first]} only, 1,000 iterations, s = 50 against 10 i"}},
         variants=VARIANTS)
 
 
 DIMINISHING_STUDIES = {d: register(_diminishing(d)) for d in ("phishing", "ijcnn1")}
+DIMINISHING_STUDIES["mnist"] = register(_diminishing("mnist", ("nonconvex",), _lenet_init, "Fig. 8"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -388,21 +447,15 @@ def _sampling_programs(study: Study, panel: Panel, trial: Trial):
     for spec in _sampling_specs(study):
         static = _static(study, trial, panel["problem"], spec, kind, "rounds", t=t)
         out.append(Program(static, [{"epsilon": 0.0, "learning_rate": d["eta0"], "beta": d["beta"][convexity]}],
-                           _slices(static), columns={"method": _method_label(spec), **_facts(static)}))
+                           _slices(static), **_curve(static, {"method": _method_label(spec)})))
     return out
 
 
 def _sampling_notes(doc: dict) -> str:
-    cells: dict = {}
-    for r in doc["runs"]:
-        cells.setdefault((r["panel"], r["method"]), []).append(r)
-    lines = ["Fig. 3-4 layout: communication rounds to 20,000 iterations, and final test accuracy (mean ± std over "
-             "trials), per sample-size method. The paper's claim: c = 1 and i / ln i need the fewest rounds at good "
-             "accuracy.", "", "| panel | method | rounds | test accuracy |", "|---|---|---|---|"]
-    for (panel, method), recs in cells.items():
-        acc = [r["metrics"]["test_accuracy"] for r in recs]
-        lines.append(f"| {panel} | {method} | {recs[0]['rounds']} | {np.mean(acc):.4f} ± {np.std(acc):.4f} |")
-    return "\n".join(lines + _majority(doc))
+    return _settings_table(doc, "method", "Fig. 3-4 layout: communication rounds to 20,000 iterations, and final test "
+                           "accuracy (mean ± std over trials), per sample-size method. The paper's claim: c = 1 and "
+                           "i / ln i need the fewest rounds at good accuracy. Last column: from the mean learning "
+                           "curve (server rounds completed, mean over trials).", reach="50 i^0")
 
 
 SAMPLING_STUDY = register(Study(
@@ -411,11 +464,13 @@ SAMPLING_STUDY = register(Study(
     data=_trial, data_per_panel=True,
     families=(Family("async", "async SGD", _build, _sampling_programs, accountant=None,
                      describe=lambda study, panel, trial, program, row: {"algorithm": row["method"]}),),
-    evaluate=evaluate, init=_linear_init("a9a"),
+    evaluate=evaluate, evaluate_on=latest_broadcast, init=_linear_init("a9a"),
     report=Report(table=Table(columns=(), metric="test_accuracy", metric_name="test accuracy", digits=4,
                               references=tuple(f"50 i^{c:g}" for c in SAMPLING["exponents"]) + ("50 i / ln i",),
                               reference_value="mean_std"),
-                  header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_sampling_notes),
+                  header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_sampling_notes,
+                  rounds_figure=_rounds_figure(tuple(f"50 i^{c:g}" for c in SAMPLING["exponents"]) + ("50 i / ln i",),
+                                               "seed 003 Fig. 3-4 ({panel})")),
     panels=tuple(Panel(PROBLEMS[f"a9a-{c}"], (("problem", f"a9a-{c}"),)) for c in ("strong", "plain")),
     select=Select(score=None), trials=3, seed=lambda trial, panel, rep: trial,
     settings={"clients": 5, "sampling": SAMPLING, "test_records": None},
@@ -495,7 +550,8 @@ BIASED_STUDIES = {
 DP = {"epsilon": 1.0, "delta": 5.5e-8, "sigma": 8.0, "clip": 0.1, "k_per_client": 25_000, "initial_size": 16,
       "eta0": 0.15, "baseline_rates": (0.01, 0.001)}
 INCREASING, CONSTANT = "increasing s (16 + ceil(1.32 i)), diminishing eta", "constant s = 16"
-DP_STEPS = {"w8a-strong": ("inverse", 0.001), "w8a-plain": ("inverse_sqrt", 0.01)}
+DP_STEPS = {"w8a-strong": ("inverse", 0.001), "w8a-plain": ("inverse_sqrt", 0.01),
+            "mnist-nonconvex": ("inverse_sqrt", 0.01)}
 
 
 def example_3() -> acct.Selection:
@@ -524,7 +580,7 @@ def _dp_programs(study: Study, panel: Panel, trial: Trial):
             rows = [g for g in grid if (g["epsilon"] > 0) == private]
             static = _static(study, trial, panel["problem"], schedule, kind if schedule is increasing else "constant",
                              clip=DP["clip"] if private else math.inf, t=t)
-            out.append(Program(static, rows, _slices(static), columns={"schedule": label, **_facts(static)}))
+            out.append(Program(static, rows, _slices(static), **_curve(static, {"schedule": label})))
     return out
 
 
@@ -583,28 +639,41 @@ def _dp_notes(doc: dict) -> str:
     return "\n".join(lines + _majority(doc))
 
 
-DP_STUDY = register(Study(
-    name="vandijk-async/dp",
-    description="seed 003 Fig. 12 / 1b: DP asynchronous FL on w8a, increasing sample sizes (Example 3) against "
-                "constant s = 16 at the same sigma 8, C 0.1, K = 25,000 per client",
-    data=_trial, data_per_panel=True,
-    families=(Family("async", "async SGD", _build, _dp_programs, accountant=None, describe=_dp_describe),),
-    evaluate=evaluate, init=lambda seed: init_linear(loaders.LIBSVM_FEATURES["w8a"]),
-    report=Report(table=Table(columns=tuple(Column(n.split(",", 1)[1].strip() if n.startswith(INCREASING)
-                                                   else "const. s = 16," + n.split(",", 1)[1], n, "mean_std")
-                                            for n in _dp_names()[0]),
-                              metric="test_accuracy", metric_name="test accuracy", digits=4,
-                              references=_dp_names()[1], reference_value="mean_std"),
-                  header="{name}, {panel}: test accuracy, {trials} trial(s) ({form} form); first column: "
-                         "increasing s", notes=_dp_notes),
-    panels=tuple(Panel(PROBLEMS[p], (("problem", p),)) for p in DP_STEPS), select=Select(score=None),
-    trials=3, seed=lambda trial, panel, rep: trial,
-    settings={"clients": 5, "k_per_client": DP["k_per_client"], "test_records": None},
-    config={"paper": PAPER, "timing": TIMING, "dp": DP, "example_3": "q, m of App. D.3.2 Example 3; rounds until "
-            "K = 25,000 per client (183: the paper's T = 195 holds 28,215, digest §11.8)"},
-    quick={"trials": 1, "panels": (Panel(PROBLEMS["w8a-strong"], (("problem", "w8a-strong"),)),),
-           "settings": {"k_per_client": 400, "records_per_client": 2_000, "test_records": 1_000},
-           "config": {"note": "quick form: strongly convex only, K = 400 per client, 2,000 records per client"}}))
+def _dp_study(name: str, problems: tuple, init, description: str, settings: dict, quick_note: str,
+              trials: int) -> Study:
+    return Study(
+        name=name, description=description, data=_trial, data_per_panel=True,
+        families=(Family("async", "async SGD", _build, _dp_programs, accountant=None, describe=_dp_describe),),
+        evaluate=evaluate, evaluate_on=latest_broadcast, init=init,
+        report=Report(table=Table(columns=tuple(Column(n.split(",", 1)[1].strip() if n.startswith(INCREASING)
+                                                       else "const. s = 16," + n.split(",", 1)[1], n, "mean_std")
+                                                for n in _dp_names()[0]),
+                                  metric="test_accuracy", metric_name="test accuracy", digits=4,
+                                  references=_dp_names()[1], reference_value="mean_std"),
+                      header="{name}, {panel}: test accuracy, {trials} trial(s) ({form} form); first column: "
+                             "increasing s", notes=_dp_notes,
+                      rounds_figure=_rounds_figure(_dp_names()[0] + _dp_names()[1],
+                                                   "seed 003 Fig. " + ("13" if problems[0].startswith("mnist")
+                                                                       else "1b / 12") + " ({panel})")),
+        panels=tuple(Panel(PROBLEMS[p], (("problem", p),)) for p in problems), select=Select(score=None),
+        trials=trials, seed=lambda trial, panel, rep: trial,
+        settings={"clients": 5, "k_per_client": DP["k_per_client"], "test_records": None, **settings},
+        config={"paper": PAPER, "timing": TIMING, "dp": DP, "example_3": "q, m of App. D.3.2 Example 3; rounds "
+                "until K = 25,000 per client (183: the paper's T = 195 holds 28,215, digest §11.8)"},
+        quick={"trials": 1, "panels": (Panel(PROBLEMS[problems[0]], (("problem", problems[0]),)),),
+               "settings": {"k_per_client": 400, "records_per_client": 2_000, "test_records": 1_000},
+               "config": {"note": f"quick form: {quick_note}, K = 400 per client, 2,000 records per client"}})
+
+
+DP_STUDY = register(_dp_study(
+    "vandijk-async/dp", ("w8a-strong", "w8a-plain"), lambda seed: init_linear(loaders.LIBSVM_FEATURES["w8a"]),
+    "seed 003 Fig. 12 / 1b: DP asynchronous FL on w8a, increasing sample sizes (Example 3) against constant s = 16 "
+    "at the same sigma 8, C 0.1, K = 25,000 per client", {}, "strongly convex only", trials=3))
+DP_MNIST_STUDY = register(_dp_study(
+    "vandijk-async/dp-mnist", ("mnist-nonconvex",), _lenet_init,
+    "seed 003 Fig. 13: DP asynchronous FL on MNIST (LeNet-5), increasing sample sizes (Example 3) against constant "
+    "s = 16 at the same sigma 8, C 0.1, K = 25,000 per client, N_c = 10,000", {"records_per_client": 10_000},
+    "LeNet-5", trials=2))
 
 
 # ------------------------------------------------------------------------------------------------

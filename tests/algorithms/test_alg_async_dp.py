@@ -92,6 +92,10 @@ def test_every_update_is_applied_exactly_once(data, lookahead):
     # every client accepted the last broadcast after its last send: its model is v_hat_T
     for leaf, server in zip(jax.tree_util.tree_leaves(run.silos.model), jax.tree_util.tree_leaves(run.params)):
         assert all(np.array_equal(row, server) for row in leaf)
+    # the newest broadcast: the initial model before the first, v_hat_T after the last
+    assert _equal(AD.latest_broadcast(run), run.params)
+    first = int(np.argmax(tl.broadcast_after.max(axis=1) >= 0))
+    assert _equal(AD.latest_broadcast(_run(AD.async_sgd(logistic, tl, step_size=ETA), data, first)), PARAMS)
 
 
 def test_the_server_sums_the_clients_updates(data):

@@ -88,3 +88,39 @@ def test_a_list_of_configurations_is_run_as_given(small_data):
     np.testing.assert_allclose(out.params["w"][1], product.params["w"][3], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="keys"):
         sweep(_build, [{"lr": 0.1, "z": 0.5}, {"lr": 0.1}], small_data, init_linear(5), rounds=1)
+
+
+@pytest.mark.parametrize("rounds", [6, 7])
+def test_eval_every_records_the_curve_that_shorter_sweeps_end_on(small_data, rounds):
+    """``eval_every=k``: point ``i`` is the evaluation a sweep of ``(i + 1) k`` rounds ends with (the same
+    round keys and steps), the infos cover every round, and a remainder of rounds runs after the last point."""
+    test = (jnp.asarray(small_data.x.reshape(-1, 5)), jnp.asarray(small_data.y.reshape(-1)))
+
+    def evaluate(params, data):
+        return {"acc": binary_accuracy(params, *data), "w0": params["w"][0]}
+
+    grid = {"lr": [0.1, 0.5], "z": [0.0, 0.8]}
+    out = sweep(_build, grid, small_data, init_linear(5), rounds=rounds, seeds=[0, 3], evaluate=evaluate,
+                eval_data=test, eval_every=2)
+    assert out.history["w0"].shape == (4, 2, 3)
+    assert out.infos["update_norm"].shape == (4, 2, rounds)
+    for i, r in enumerate((2, 4, 6)):
+        short = sweep(_build, grid, small_data, init_linear(5), rounds=r, seeds=[0, 3], evaluate=evaluate,
+                      eval_data=test)
+        np.testing.assert_allclose(out.history["w0"][:, :, i], short.metrics["w0"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out.history["acc"][:, :, i], short.metrics["acc"])
+    whole = sweep(_build, grid, small_data, init_linear(5), rounds=rounds, seeds=[0, 3], evaluate=evaluate,
+                  eval_data=test)
+    np.testing.assert_allclose(out.params["w"], whole.params["w"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.infos["update_norm"], whole.infos["update_norm"], rtol=1e-5, atol=1e-6)
+    assert whole.history is None
+
+
+def test_eval_every_refuses_what_it_cannot_do(small_data):
+    with pytest.raises(ValueError, match="evaluate"):
+        sweep(_build, {"lr": [0.1], "z": [0.0]}, small_data, init_linear(5), rounds=4, eval_every=2)
+    evaluate = lambda p: {"w0": p["w"][0]}  # noqa: E731
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="eval_every"):
+            sweep(_build, {"lr": [0.1], "z": [0.0]}, small_data, init_linear(5), rounds=4, evaluate=evaluate,
+                  eval_every=bad)

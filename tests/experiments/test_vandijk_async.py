@@ -57,8 +57,14 @@ def test_rounds_of_the_sample_size_methods():
 
 @pytest.mark.slow
 def test_diminishing_and_sampling_quick_forms(quick_results):
-    _, dim = quick_results["vandijk-async/diminishing-phishing"]
+    out, dim = quick_results["vandijk-async/diminishing-phishing"]
     settings = {r["setting"]: r for r in dim["runs"]}
+    for r in dim["runs"]:   # learning curves: the latest broadcast, ~40 points, x = rounds the server completed
+        curve, done = r["curve"], r["curve_server_rounds"]
+        assert len(curve["round"]) == len(done) == len(curve["test_accuracy"]) == len(curve["test_accuracy_seeds"][0])
+        assert curve["round"][-1] == r["slices"] and np.all(np.diff(done) >= 0) and done[-1] == r["rounds"]
+        assert curve["test_accuracy"][-1] == pytest.approx(r["metrics"]["test_accuracy"], abs=1e-6)
+    assert (out / "curves.png").exists() and "evaluated" in (out / "curves.csv").read_text().splitlines()[0]
     assert set(settings) == {V.CONSTANT_LABEL, V._increasing_label("iterations"), V._increasing_label("rounds")}
     assert settings[V.CONSTANT_LABEL]["rounds"] == 4 and settings[V._increasing_label("rounds")]["rounds"] == 6
     _, samp = quick_results["vandijk-async/sampling-a9a"]
