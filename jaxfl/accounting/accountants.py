@@ -369,6 +369,7 @@ ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
     "lowy": _Lazy("jaxfl.accounting.lowy_convex", "LowyAccountant"),     # seed 000: sampling with replacement
     "shuffle": _Lazy("jaxfl.accounting.shuffle_model", "ShuffleAccountant"),  # seeds 000/002: shuffle model
     "dprec": _Lazy("jaxfl.accounting.dprec", "DprecAccountant"),         # seed 004: DP-REC, Theorem 1
+    "vandijk-moments": _Lazy("jaxfl.accounting.vandijk_async", "MomentsAccountant"),  # seed 003: Lemma D.1
 }
 
 

@@ -7,7 +7,8 @@ replacement), sums their gradients clipped to ``C`` and adds ``N(0, C^2 sigma_i^
 paper analyses it with Abadi et al.'s moments accountant at sampling ratio ``q_i = s_i / N_c``:
 
 * :func:`log_moment_bound`: Lemma D.1's bound on the round's log moment ``alpha_i(lambda)`` and its
-  validity conditions; :func:`moments_delta` / :func:`moments_epsilon` compose it over rounds and take the
+  validity conditions; :class:`MomentsAccountant` (registered as ``"vandijk-moments"``) and the functions
+  :func:`moments_delta` / :func:`moments_epsilon` compose it over rounds and take the
   tail bound ``delta = min_lambda exp(sum_i alpha_i(lambda) - lambda eps)`` over integer ``lambda`` directly
   (digest §11.18: the theorems' chains of inequalities lose integrality; this is the exact checker);
 * :func:`theorem_31_sigma`: DP-Thm 3.1 (any sample sizes), the smallest sigma it certifies;
@@ -28,13 +29,17 @@ records per client and round. Typos the digest flags are fixed and marked in com
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Sequence
 
 import numpy as np
+from dp_accounting import GaussianDpEvent, SampledWithReplacementDpEvent
 
 from jaxfl import checks
+from jaxfl.accounting.accountants import NeighboringRelation, _DpAccountingAccountant
+from jaxfl.accounting.lowy_convex import _with_replacement_steps
 
 SQRT3_HALF = (math.sqrt(3.0) - 1.0) / 2.0
 TRANSITION = 2.0 * math.sqrt(SQRT3_HALF)
@@ -97,31 +102,86 @@ def log_moment_bound(lam: int, sample_size: float, records: int, sigma: float, r
             + (r / r0) * s ** 3 * lam ** 2 * (lam + 1) / (n * (n - s) ** 2 * sigma ** 3))
 
 
-def _log_moments(sample_sizes, records, sigmas, max_lambda: int) -> tuple[np.ndarray, np.ndarray]:
+class MomentsAccountant(_DpAccountingAccountant):
+    """The paper's moments accountant as an accountant object: each composed
+    ``SampledWithReplacementDpEvent(N, s, GaussianDpEvent(sigma))`` (a round: ``s`` draws with replacement
+    from ``N`` records, noise ``N(0, (sigma C)^2)`` on the clipped sum) adds Lemma D.1's bound on its log
+    moment ``alpha(lambda)`` (at its smallest ``r_0 = sigma s / N``) for every integer ``lambda <=
+    max_lambda``; ``delta(eps) = min_lambda exp(sum alpha(lambda) - lambda eps)`` and ``epsilon(delta) =
+    min_lambda (sum alpha(lambda) + ln(1/delta)) / lambda``, the tail bound taken directly over integer
+    ``lambda`` (digest §11.18).
+
+    This is the paper's analysis, reproduced. It holds for rounds whose ``s`` gradients are all taken at one
+    point (one record then moves the round's sum by at most ``C`` per draw); the paper's own client does
+    not do that (:mod:`jaxfl.algorithms.async_dp`). Neighbours: dp_accounting's convention for sampling
+    with replacement, one record replaced. Events Lemma D.1 does not cover (no sampling, ``s >= N``, any
+    other event) are refused; a ``lambda`` where the lemma does not apply contributes ``inf``."""
+
+    name = "vandijk-moments"
+    relations = frozenset({NeighboringRelation.REPLACE_ONE})
+    relation_hint = "sampling with replacement, dp_accounting's convention (the paper's Lemma D.1 follows Abadi et al.)"
+
+    def __init__(self, neighboring_relation=NeighboringRelation.REPLACE_ONE, max_lambda: int = 1000):
+        super().__init__(neighboring_relation)
+        self._lambdas = np.arange(1, checks.positive_int("max_lambda", max_lambda) + 1)
+        self._total = np.zeros(self._lambdas.shape)
+        self._bounds: dict = {}     # (N, s, sigma) -> alpha over lambdas, shared by copies
+
+    def _config(self):
+        return {"neighboring_relation": self._relation, "max_lambda": int(self._lambdas[-1])}
+
+    def _shared(self):
+        return [self._bounds]
+
+    def _supports(self, event):
+        steps = _with_replacement_steps(event, 1)
+        return steps is not None and all(n is not None and 0 < k < n for n, k, _ in steps)
+
+    def _round(self, n, k, z) -> np.ndarray:
+        key = (int(n), float(k), float(z))
+        if key not in self._bounds:
+            self._bounds[key] = (np.full(self._lambdas.shape, np.inf) if z <= 0 else
+                                 np.array([log_moment_bound(int(l), k, n, z) for l in self._lambdas]))
+        return self._bounds[key]
+
+    def _compose(self, event, count):
+        for (n, k, z), times in collections.Counter(_with_replacement_steps(event, 1)).items():
+            self._total = self._total + count * times * self._round(n, k, z)
+
+    def _epsilon(self, delta):
+        if not self._events:
+            return 0.0
+        return float(np.min((self._total + math.log(1.0 / delta)) / self._lambdas))
+
+    def _delta(self, epsilon):
+        if not self._events:
+            return 0.0
+        return float(min(1.0, np.min(np.exp(self._total - self._lambdas * epsilon))))
+
+
+def _moments(sample_sizes, records, sigmas, max_lambda: int) -> MomentsAccountant:
+    """A :class:`MomentsAccountant` over one round per sample size (``sigmas``: one, or one per round)."""
     s, n = _round_sizes(sample_sizes, records)
     sig = np.broadcast_to(np.asarray(sigmas, dtype=np.float64), s.shape)
-    lams = np.arange(1, checks.positive_int("max_lambda", max_lambda) + 1)
-    total = np.zeros(lams.shape)
+    acc = MomentsAccountant(max_lambda=max_lambda)
     for (si, zi), count in zip(*np.unique(np.stack([s, sig], axis=1), axis=0, return_counts=True)):
-        total += count * np.array([log_moment_bound(int(l), si, n, zi) for l in lams])
-    return lams, total
+        acc.compose(SampledWithReplacementDpEvent(n, float(si), GaussianDpEvent(float(zi))), int(count))
+    return acc
 
 
 def moments_delta(sample_sizes, records: int, sigmas, epsilon: float, max_lambda: int = 1000) -> float:
     """The paper's accountant, exactly: ``min over integer lambda of exp(sum_i alpha_i(lambda) - lambda eps)``
     over the rounds' sample sizes (and per-round or one ``sigmas``), with Lemma D.1's bound per round at its
-    smallest ``r_0``. ``1.0`` when no ``lambda <= max_lambda`` is valid for every round."""
+    smallest ``r_0`` (:class:`MomentsAccountant`). ``1.0`` when no ``lambda <= max_lambda`` is valid for every
+    round."""
     eps = checks.positive_float("epsilon", epsilon)
-    lams, total = _log_moments(sample_sizes, records, sigmas, max_lambda)
-    return float(min(1.0, np.min(np.exp(total - lams * eps))))
+    return _moments(sample_sizes, records, sigmas, max_lambda).delta(eps)
 
 
 def moments_epsilon(sample_sizes, records: int, sigmas, delta: float, max_lambda: int = 1000) -> float:
     """The epsilon of :func:`moments_delta` at ``delta``: ``min_lambda (sum_i alpha_i(lambda) + ln(1/delta)) /
     lambda`` (``inf`` when no ``lambda`` is valid)."""
-    d = checks.probability("delta", delta)
-    lams, total = _log_moments(sample_sizes, records, sigmas, max_lambda)
-    return float(np.min((total + math.log(1.0 / d)) / lams))
+    return _moments(sample_sizes, records, sigmas, max_lambda).epsilon(checks.probability("delta", delta))
 
 
 def tight_epsilon(sample_sizes, records: int, sigmas, delta: float, accountant: str = "rdp") -> float:
@@ -130,7 +190,7 @@ def tight_epsilon(sample_sizes, records: int, sigmas, delta: float, accountant: 
     (``accountant="rdp"``) or PLD (``"pld"``) accountant, add/remove-one neighbours. Not the paper's analysis
     (its rounds sample with replacement; digest §8.9), reported beside it."""
     from jaxfl.accounting.accountants import make_accountant
-    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
+    from dp_accounting import PoissonSampledDpEvent
 
     s, n = _round_sizes(sample_sizes, records)
     sig = np.broadcast_to(np.asarray(sigmas, dtype=np.float64), s.shape)

@@ -226,25 +226,25 @@ def test_a_users_accountant_without_declared_relations_is_checked_by_its_own():
 
 # -- the accountant table ------------------------------------------------------------------------------------
 
-def test_one_table_lists_all_five_accountants():
-    assert set(ACCOUNTANTS) >= {"rdp", "pld", "lowy", "shuffle", "dprec"}
+def test_one_table_lists_all_six_accountants():
+    assert set(ACCOUNTANTS) >= {"rdp", "pld", "lowy", "shuffle", "dprec", "vandijk-moments"}
     classes = {"rdp": "RdpAccountant", "pld": "PldAccountant", "lowy": "LowyAccountant",
-               "shuffle": "ShuffleAccountant", "dprec": "DprecAccountant"}
+               "shuffle": "ShuffleAccountant", "dprec": "DprecAccountant", "vandijk-moments": "MomentsAccountant"}
     for name, cls in classes.items():
         acc = make_accountant(name)
         assert type(acc).__name__ == cls and acc.name == name
 
 
-def test_importing_the_accountants_module_alone_gives_all_five():
+def test_importing_the_accountants_module_alone_gives_all_six():
     code = ("import jaxfl.accounting.accountants as a; "
             "print(','.join(n for n in a.available_accountants() if not n.startswith('test')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "dprec,lowy,pld,rdp,shuffle"
+    assert out.strip() == "dprec,lowy,pld,rdp,shuffle,vandijk-moments"
 
 
 def test_no_module_registers_an_accountant_as_an_import_side_effect():
     import inspect
 
-    from jaxfl.accounting import dprec, lowy_convex, shuffle_model
-    for module in (dprec, lowy_convex, shuffle_model):
+    from jaxfl.accounting import dprec, lowy_convex, shuffle_model, vandijk_async
+    for module in (dprec, lowy_convex, shuffle_model, vandijk_async):
         assert "register_accountant(" not in inspect.getsource(module)

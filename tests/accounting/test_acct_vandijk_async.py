@@ -149,6 +149,34 @@ def test_lemma_d1_bound_and_the_moments_accountant():
     assert V.moments_delta([16] * 100, 10_000, 8.0, eps, max_lambda=199) == pytest.approx(1e-6, rel=1e-6)
 
 
+def test_the_moments_accountant_object_composes_rounds_as_lemma_d1_adds_log_moments():
+    """``make_accountant("vandijk-moments")``: a round is ``SampledWithReplacementDpEvent(N, s, Gaussian(z))``;
+    composing T of them (one by one, with a count, or self-composed) gives the hand-computed tail bound of T
+    times Lemma D.1's log moment; it refuses add/remove neighbours, unsampled and Poisson events."""
+    import dp_accounting as dpa
+    from jaxfl.accounting import UnsupportedEventError, make_accountant
+
+    round_event = dpa.SampledWithReplacementDpEvent(10_000, 16, dpa.GaussianDpEvent(8.0))
+    manual = min(math.exp(100 * V.log_moment_bound(l, 16, 10_000, 8.0) - l * 0.5) for l in range(1, 200))
+    one_by_one = make_accountant("vandijk-moments", max_lambda=199)
+    for _ in range(100):
+        one_by_one.compose(round_event)
+    counted = make_accountant("vandijk-moments", max_lambda=199).compose(round_event, 100)
+    nested = make_accountant("vandijk-moments", max_lambda=199).compose(
+        dpa.ComposedDpEvent([dpa.SelfComposedDpEvent(round_event, 60), dpa.SelfComposedDpEvent(round_event, 40)]))
+    for acc in (one_by_one, counted, nested):
+        assert acc.delta(0.5) == pytest.approx(manual, rel=1e-12)
+        assert acc.delta(acc.epsilon(1e-6)) == pytest.approx(1e-6, rel=1e-6)
+    copy = counted.copy().compose(round_event, 50)
+    assert copy.epsilon(1e-6) > counted.epsilon(1e-6)                    # the copy is independent
+    assert make_accountant("vandijk-moments").epsilon(1e-6) == 0.0
+    with pytest.raises(ValueError, match="add_or_remove_one"):
+        make_accountant("vandijk-moments", neighboring_relation="add_or_remove_one")
+    for bad in (dpa.GaussianDpEvent(8.0), dpa.PoissonSampledDpEvent(0.01, dpa.GaussianDpEvent(8.0))):
+        with pytest.raises(UnsupportedEventError):
+            make_accountant("vandijk-moments").compose(bad)
+
+
 def test_the_paper_the_moments_accountant_and_the_tight_accountant_on_example_3():
     """At Example 3's schedule and sigma 8 the direct moments accountant certifies far more than the paper's
     (eps 1, delta 5.5e-8), and the tight Poisson RDP epsilon is smaller still (digest §8.9: the bounds are loose)."""
