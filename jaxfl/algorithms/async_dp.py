@@ -21,24 +21,28 @@ Privacy: the paper analyses each client round as a subsampled Gaussian on a sum 
 gradients (sensitivity ``C`` per draw), with its moments accountant
 (:mod:`jaxfl.accounting.vandijk_async`). Its client takes those gradients at points its own earlier draws
 of the round moved, and draws with replacement, so one record can move the round's sum by more than ``C``
-(digest §8.1, §11.7): jaxfl states no privacy for these algorithms (``privacy=None``); the paper's
+(digest §8.1, §11.7): jaxfl states no privacy for this client (``privacy=None``); the paper's
 accounting and the tight Poisson-model epsilon of the same rounds are reported beside each run by the
-studies, labelled as such.
+studies, labelled as such. ``sampling="poisson"`` is the stated variant (:func:`async_sgd`): every gradient
+of a round at its start point, a Poisson sample per round, and the tight epsilon as its statement.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, NamedTuple
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxfl import checks
+from jaxfl.accounting.events import RoundScheduleDpEvent, clipped_sum_gaussian
 from jaxfl.algorithms.async_schedules import StepSize
 from jaxfl.algorithms.async_timeline import Timeline
-from jaxfl.engine.protocol import FederatedAlgorithm, SiloState
+from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, SiloState
 from jaxfl.privacy import keys
+from jaxfl.privacy.clipping import clipped_grad_sum
 from jaxfl.privacy.noise import gaussian_like
 
 _tmap = jax.tree_util.tree_map
@@ -61,7 +65,9 @@ class AsyncClients(NamedTuple):
     """Per client (leading axis ``n``): the local ``model`` (``w_hat``), the round's ``partial`` step-weighted
     gradient sum, the ``outbox`` of sent messages in flight (``[n, outbox, ...]``, round ``i`` in slot
     ``i % outbox``), the ``round`` and ``step`` within it, the newest accepted broadcast ``k_old``, and ``sent``,
-    the sum of every message sent (what the server must have subtracted once all arrived)."""
+    the sum of every message sent (what the server must have subtracted once all arrived). With
+    ``sampling="poisson"``: ``pending``, a broadcast accepted mid-round (``v_hat_k``, the next round's start
+    once the round's message is subtracted), and ``has_pending [n]``; None otherwise."""
 
     model: Any
     partial: Any
@@ -70,6 +76,8 @@ class AsyncClients(NamedTuple):
     step: jnp.ndarray
     k_old: jnp.ndarray
     sent: Any
+    pending: Any = None
+    has_pending: Any = None
 
 
 class SyncServer(NamedTuple):
@@ -96,6 +104,9 @@ class _Client(NamedTuple):
     noise_multiplier: Any
     before: np.ndarray       # [T + 1] sum_{j<i} s_j (global sizes)
     num_clients: int
+    sizes: np.ndarray        # [T, n] s_{i,c}
+    sampling: str            # "replacement" (the paper's client) or "poisson" (the stated variant)
+    chunk: int               # "poisson": records per gradient pass
 
     def eta(self, rnd, h):
         t = jnp.asarray(self.before, jnp.float32)[rnd]
@@ -107,6 +118,8 @@ class _Client(NamedTuple):
         """``num`` steps ``start, start + 1, ...`` of round ``rnd``: ``(model, partial)``."""
         # keys.derive(root, round=rnd, silo=silo, step=h, ...), its first two fold_ins hoisted out of the loop
         client_key = keys.silo_key(keys.round_key(jax.random.wrap_key_data(base), rnd), silo)
+        if self.sampling == "poisson":
+            return model, self._poisson_steps(client_key, model, partial, x, y, count, silo, rnd, start, num)
 
         def body(carry):
             j, model, partial = carry
@@ -123,6 +136,40 @@ class _Client(NamedTuple):
         _, model, partial = jax.lax.while_loop(lambda c: c[0] < num, body, (jnp.int32(0), model, partial))
         return model, partial
 
+    def _poisson_steps(self, client_key, model, partial, x, y, count, silo, rnd, start, num):
+        """The stated variant's steps: round ``rnd``'s records are split into ``s = s[rnd, silo]`` contiguous
+        blocks and step ``h`` adds ``eta_i`` times the clipped gradients, at ``model`` (the round's start point,
+        which no record of the round moves), of the records of block ``h`` that a Bernoulli(``q = s / N_c``)
+        draw keeps: over the round, a Poisson sample of rate ``q`` (each record in exactly one block)."""
+        size = jnp.asarray(self.sizes, jnp.int32)[rnd, silo]
+        count = jnp.maximum(count, 1)
+        rate = size.astype(jnp.float32) / count.astype(jnp.float32)
+        block = -(-x.shape[0] // int(self.sizes.min())) + 1        # the largest block of any round (static)
+        slots = -(-block // self.chunk) * self.chunk
+        eta = self.eta(rnd, 0)
+
+        def body(carry):
+            j, partial = carry
+            h = start + j
+            lo, hi = (h * count) // size, ((h + 1) * count) // size
+            draw = keys.step_key(client_key, h, keys.Purpose.MINIBATCH)
+            take = (lo + jnp.arange(block) < hi) & (jax.random.uniform(draw, (block,)) < rate)
+            total = jnp.sum(take)
+            order = jnp.nonzero(take, size=slots, fill_value=0)[0]
+
+            def chunk(i, acc):
+                rows = jnp.minimum(lo + jax.lax.dynamic_slice(order, (i * self.chunk,), (self.chunk,)), x.shape[0] - 1)
+                weights = (i * self.chunk + jnp.arange(self.chunk) < total).astype(jnp.float32)
+                return _tmap(jnp.add, acc, clipped_grad_sum(self.loss_fn, model, x[rows], y[rows], weights,
+                                                            self.clip_norm).value)
+
+            g = jax.lax.fori_loop(0, jnp.maximum((total + self.chunk - 1) // self.chunk, 1), chunk,
+                                  _tmap(jnp.zeros_like, model))
+            return j + 1, _tmap(lambda p, gi: p + eta * gi, partial, g)
+
+        _, partial = jax.lax.while_loop(lambda c: c[0] < num, body, (jnp.int32(0), partial))
+        return partial
+
     def noise(self, base, params, silo, rnd):
         """``eta_i sigma C N(0, I)`` of round ``rnd`` (a Python-0 noise multiplier: None, nothing drawn)."""
         if isinstance(self.noise_multiplier, (int, float)) and self.noise_multiplier == 0:
@@ -133,9 +180,14 @@ class _Client(NamedTuple):
         return _tmap(lambda u: scale * u, gaussian_like(draw, params, 1.0))
 
 
-def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier) -> _Client:
+def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling="replacement", chunk=4) -> _Client:
     if not isinstance(step_size, StepSize):
         raise ValueError(f"step_size must be a jaxfl.algorithms.async_schedules.StepSize, got {step_size!r}")
+    checks.one_of("sampling", sampling, ("replacement", "poisson"))
+    chunk = checks.positive_int("chunk", chunk)
+    if sampling == "poisson" and step_size.per != "rounds":
+        raise ValueError(f"sampling='poisson' takes one step size per round (step_size.per='rounds'), got "
+                         f"per={step_size.per!r}")
     clip = checks.positive_float("clip_norm", clip_norm, allow_inf=True)
     z = noise_multiplier
     if isinstance(z, (int, float, np.floating)):   # a traced value (sweeps) is checked by its grid's builder
@@ -145,7 +197,7 @@ def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier) -> _Client:
         z = z if z > 0 else 0
     sizes = np.asarray(sizes)
     before = np.concatenate([[0], np.cumsum(sizes.sum(axis=1))]).astype(np.float64)
-    return _Client(loss_fn, step_size, clip, z, before, int(sizes.shape[1]))
+    return _Client(loss_fn, step_size, clip, z, before, int(sizes.shape[1]), sizes, sampling, chunk)
 
 
 def _stack(tree, n):
@@ -163,17 +215,28 @@ def _server_scale(aggregation: str, n: int) -> float:
 
 
 def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: float = math.inf,
-              noise_multiplier: float = 0.0, aggregation: str = "sum", name: str = "async SGD") -> FederatedAlgorithm:
+              noise_multiplier: float = 0.0, aggregation: str = "sum", sampling: str = "replacement",
+              chunk: int = 4, name: str = "async SGD") -> FederatedAlgorithm:
     """Seed 003's asynchronous protocol on ``timeline`` (:func:`jaxfl.algorithms.async_timeline.simulate`):
     one engine round per slice (``rounds=timeline.num_slices``), clients vmapped. ``loss_fn(params, x, y)``
     is one record's loss; ``clip_norm`` (``inf``: no clipping) and ``noise_multiplier`` give Alg. 2.1's DP
     client. ``aggregation``: ``"sum"`` (the paper: ``v_hat -= eta U``) or ``"mean"`` (``v_hat -= eta U / n``, a
     FedAvg-style alternative for comparison). The server's ``params`` after the last slice is ``v_hat_T``.
-    States no privacy (module docstring).
+
+    ``sampling``: ``"replacement"`` (the paper's client: ``s_i`` single-record steps on records drawn with
+    replacement, each at the model the previous ones moved; states no privacy, module docstring) or
+    ``"poisson"``, the stated variant: round ``i`` takes every gradient at its start point, on a Poisson
+    sample of rate ``q_i = s_i / N_c`` (``s_i`` steps of one block of records each, the gradients ``chunk``
+    records at a time), sends ``eta_i (sum of clipped gradients + N(0, (sigma C)^2 I))`` and starts the next
+    round from its start point (or a broadcast accepted meanwhile) minus that message, so one record moves
+    a round's sum by at most ``C``. Its privacy statement (finite ``clip_norm``): per client with records,
+    ``PoissonSampledDpEvent(q_i, GaussianDpEvent(sigma))`` at the slice where it sends round ``i``
+    (ISRL-DP, add/remove one record); needs per-round step sizes.
     """
-    client = _client(loss_fn, timeline.sizes, step_size, clip_norm, noise_multiplier)
+    client = _client(loss_fn, timeline.sizes, step_size, clip_norm, noise_multiplier, sampling, chunk)
     n, outbox, ring = client.num_clients, int(timeline.outbox), int(timeline.ring)
     scale = _server_scale(aggregation, n)
+    poisson = sampling == "poisson"
 
     def init(params):
         return AsyncServer(params, _stack(params, ring), jnp.int32(0), jnp.int32(0), _key_template(),
@@ -183,7 +246,8 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
         _check_silos(num_silos, n)
         zeros = _tmap(jnp.zeros_like, params)
         return AsyncClients(_stack(params, n), _stack(zeros, n), _stack(_stack(zeros, outbox), n),
-                            jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32), _stack(zeros, n))
+                            jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.int32), _stack(zeros, n),
+                            _stack(params, n) if poisson else None, jnp.zeros(n, bool) if poisson else None)
 
     def round_fn(state: SiloState, data, key, inputs):
         server, c = state.server, state.silos
@@ -198,10 +262,14 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
 
         def send(model, partial):
             noise = jax.vmap(client.noise, in_axes=(None, None, 0, 0))(base, server.params, silo, c.round)
+            message = partial if noise is None else \
+                _tmap(lambda p, u: jnp.where(_bcast(sends, u), p + u, p), partial, noise)
+            if poisson:   # the next round starts at the round's start point (or a pending broadcast) - message
+                start = _tmap(lambda w, b: jnp.where(_bcast(c.has_pending, w), b, w), model, c.pending)
+                return _tmap(lambda w, st, m: jnp.where(_bcast(sends, w), st - m, w), model, start, message), message
             if noise is None:
-                return model, partial
-            return (_tmap(lambda w, u: jnp.where(_bcast(sends, u), w - u, w), model, noise),
-                    _tmap(lambda p, u: jnp.where(_bcast(sends, u), p + u, p), partial, noise))
+                return model, message
+            return _tmap(lambda w, u: jnp.where(_bcast(sends, u), w - u, w), model, noise), message
 
         model, message = jax.lax.cond(jnp.any(sends), send, lambda m, p: (m, p), model, partial)
         slot = c.round % outbox
@@ -225,28 +293,65 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
         (v, ring_models, k, applied), _ = jax.lax.scan(
             apply, (server.params, server.ring, server.k, server.applied),
             (inputs["apply_client"], inputs["apply_round"], inputs["broadcast_after"]))
-        # 4. clients accept the newest broadcast delivered: w_hat = v_hat_k - Delta_partial
-        accept = inputs["accept"]
-        fresh = _tmap(lambda r: r[jnp.maximum(accept, 0) % ring], ring_models)
-        model = _tmap(lambda w, f, p: jnp.where(_bcast(accept >= 0, w), f - p, w), model, fresh, partial)
-        k_old = jnp.where(accept >= 0, accept, c.k_old)
+        # 4. clients accept the newest broadcast delivered: w_hat = v_hat_k - Delta_partial ("poisson": only at a
+        #    round's start; mid-round the broadcast waits in ``pending`` for the round's end)
+        accept = inputs["accept"] >= 0
+        fresh = _tmap(lambda r: r[jnp.maximum(inputs["accept"], 0) % ring], ring_models)
+        now = accept & (step == 0) if poisson else accept
+        model = _tmap(lambda w, f, p: jnp.where(_bcast(now, w), f - p, w), model, fresh, partial)
+        pending, has_pending = c.pending, c.has_pending
+        if poisson:
+            later = accept & (step > 0)
+            pending = _tmap(lambda b, f: jnp.where(_bcast(later, b), f, b), pending, fresh)
+            has_pending = jnp.where(accept, later, has_pending & ~sends)
+        k_old = jnp.where(accept, inputs["accept"], c.k_old)
         info = {"broadcasts": k, "sends": jnp.sum(sends.astype(jnp.int32)), "steps": jnp.sum(inputs["steps"])}
         return (SiloState(AsyncServer(v, ring_models, k, server.slice + 1, base, applied),
-                          AsyncClients(model, partial, box, rnd, step, k_old, sent)), info)
+                          AsyncClients(model, partial, box, rnd, step, k_old, sent, pending, has_pending)), info)
 
-    return FederatedAlgorithm(init, round_fn, None, name, init_silos, timeline.schedule(),
-                              silo_params=lambda state: state.silos.model)
+    stated = poisson and not math.isinf(client.clip_norm)
+    return FederatedAlgorithm(init, round_fn, _send_privacy(timeline, client) if stated else None, name,
+                              init_silos, timeline.schedule(), silo_params=lambda state: state.silos.model)
+
+
+def _send_privacy(timeline: Timeline, client: _Client):
+    """``counts -> RoundPrivacy`` of the stated variant: per client with records, a ``RoundScheduleDpEvent``
+    over the slices releasing ``PoissonSampledDpEvent(s_{i,c} / N_c, Gaussian(sigma))`` where it sends round
+    ``i`` and nothing elsewhere (add/remove one record)."""
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    sends = np.asarray(timeline.sends, bool)
+    nothing = dp_accounting.NoOpDpEvent()
+
+    def privacy(counts):
+        gaussian = clipped_sum_gaussian(float(client.noise_multiplier), relation)
+        events = []
+        for c, records in enumerate(np.asarray(counts)):
+            if records <= 0:
+                continue
+            rates = client.sizes[:, c] / float(records)
+            if np.any(rates > 1):
+                raise ValueError(f"client {c}: a round's sample size {int(client.sizes[:, c].max())} exceeds its "
+                                 f"{int(records)} records (sampling='poisson' needs s_i <= N_c)")
+            sent = np.cumsum(sends[:, c]) - 1                     # the round each slice's send closes
+            events.append(RoundScheduleDpEvent(tuple(
+                dp_accounting.PoissonSampledDpEvent(float(rates[sent[t]]), gaussian) if sends[t, c] else nothing
+                for t in range(sends.shape[0]))))
+        return RoundPrivacy(events=tuple(events), level="record", relation=relation)
+
+    return privacy
 
 
 def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf, noise_multiplier: float = 0.0,
-             aggregation: str = "sum", name: str = "sync SGD") -> FederatedAlgorithm:
+             aggregation: str = "sum", sampling: str = "replacement", chunk: int = 4,
+             name: str = "sync SGD") -> FederatedAlgorithm:
     """The same clients in synchronous rounds: round ``i`` starts every client from ``v_hat``, runs its
-    ``sizes[i, c]`` steps and round noise, and the server subtracts the clients' messages in client order
-    (scaled by ``1/n`` with ``aggregation="mean"``). ``rounds=sizes.shape[0]``."""
+    ``sizes[i, c]`` steps (``sampling`` as in :func:`async_sgd`) and round noise, and the server subtracts
+    the clients' messages in client order (scaled by ``1/n`` with ``aggregation="mean"``).
+    ``rounds=sizes.shape[0]``; a reference, it states no privacy."""
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.ndim != 2 or np.any(sizes < 1):
         raise ValueError(f"sizes must be a [rounds, clients] array of sizes >= 1, got shape {sizes.shape}")
-    client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier)
+    client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling, chunk)
     n = client.num_clients
     scale = _server_scale(aggregation, n)
 

@@ -1,6 +1,8 @@
 """Seed 003's asynchronous protocol: the host timeline (deterministic, every message applied once, staleness
 as configured) and the compiled run (equal to synchronous rounds where the protocol is synchronous, bitwise;
 the server sums; clients end on the last broadcast)."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ from jaxfl.algorithms import async_dp as AD
 from jaxfl.algorithms import async_schedules as AS
 from jaxfl.algorithms import async_timeline as AT
 from jaxfl.data import from_silos
-from jaxfl.engine.driver import train
+from jaxfl.engine.driver import make_ledger, train
 
 N, D = 3, 5
 
@@ -166,3 +168,77 @@ def test_bad_inputs_name_the_value(data):
     with pytest.raises(ValueError, match="3 silos but the timeline has 2"):
         _run(AD.async_sgd(logistic, tl, step_size=ETA), data, tl.num_slices)
     assert AD.async_sgd(logistic, tl, step_size=ETA).privacy is None       # states none (module docstring)
+
+
+# -- the stated variant: gradients at the round's start point, Poisson sampling ------------------------------
+
+ETA_ROUNDS = AS.step_size("inverse_sqrt", 0.1, 0.01, per="rounds")
+
+
+@pytest.mark.parametrize("z", [0.0, 1.5])
+def test_poisson_variant_with_zero_delays_is_its_synchronous_reference_bitwise(data, z):
+    timeline = AT.simulate(SIZES, AT.draw_timing(N, 4), lookahead=1)
+    run = _run(AD.async_sgd(logistic, timeline, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=z,
+                            sampling="poisson"), data, 4)
+    ref = _run(AD.sync_sgd(logistic, SIZES, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=z,
+                           sampling="poisson"), data, 4)
+    assert _equal(run.params, ref.params)
+    other = _run(AD.sync_sgd(logistic, SIZES, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=z), data, 4)
+    assert not _equal(run.params, other.params)
+
+
+def test_poisson_variant_samples_each_record_at_rate_s_over_n():
+    """A linear loss whose clipped per-record gradient is -e_0: each client's round message (no noise) is
+    ``-eta_i |S_i| e_0``, so the sizes of the Poisson samples are read off the messages: their mean over 40
+    rounds of 3 clients is s = 5 (N_c = 50, q = 0.1) within 4 standard errors."""
+    sizes = np.full((40, N), 5)
+    silos = from_silos([(np.tile(np.eye(1, D), (50, 1)).astype(np.float32), np.zeros(50, np.float32))
+                        for _ in range(N)])
+    linear = lambda p, x, y: -jnp.dot(p["w"], x) + 0.0 * p["b"]   # noqa: E731
+    eta = AS.step_size("constant", 1.0, 0.0, per="rounds")
+    tl = AT.simulate(sizes, AT.draw_timing(N, 40, seed=4, speed_spread=0.5, mean_delay=3.0), lookahead=1)
+    run = _run(AD.async_sgd(linear, tl, step_size=eta, clip_norm=10.0, sampling="poisson", chunk=2), silos,
+               tl.num_slices)
+    drawn = -np.asarray(run.silos.sent["w"])[:, 0]                  # records sampled per client, all rounds
+    assert np.allclose(drawn, np.round(drawn)) and np.all(np.asarray(run.silos.sent["w"])[:, 1:] == 0)
+    mean, std_err = drawn.sum() / (40 * N), math.sqrt(5 * 0.9 / (40 * N))
+    assert abs(mean - 5.0) < 4 * std_err
+
+
+def test_poisson_variant_one_record_moves_a_rounds_message_by_at_most_2_eta_c(data):
+    """Replace one record of client 0 by an outlier: the first round's messages (no noise) change by at most
+    ``2 eta_0 C`` in norm (gradients at the round's start point; replace-one = remove + add), at every seed."""
+    x, y = np.asarray(data.x).copy(), np.asarray(data.y).copy()
+    x[0, 3] = 50.0
+    other = from_silos([(x[c, :int(data.counts[c])], y[c, :int(data.counts[c])]) for c in range(N)])
+    sizes = np.full((1, N), 8)
+    for key in range(4):
+        a, b = (train(AD.sync_sgd(logistic, sizes, step_size=ETA_ROUNDS, clip_norm=0.5, sampling="poisson"), d,
+                      PARAMS, rounds=1, key=key, progress=False).state.params for d in (data, other))
+        diff = math.sqrt(sum(float(np.sum((u - v) ** 2)) for u, v in zip(jax.tree_util.tree_leaves(a),
+                                                                          jax.tree_util.tree_leaves(b))))
+        assert diff <= 2 * ETA_ROUNDS(0.0) * 0.5 * (1 + 1e-5)
+
+
+def test_poisson_variant_states_the_tight_epsilon_of_its_rounds(data):
+    """The run's ledger (add/remove one record, one schedule of Poisson-sampled Gaussians per client over the
+    slices) certifies what jaxfl.accounting.vandijk_async.tight_epsilon computes for the client's rounds; the
+    paper's variant and an unclipped one state nothing; s_i > N_c and per-iteration steps are refused."""
+    from jaxfl.accounting import vandijk_async as acct
+
+    tl = AT.simulate(SIZES, AT.draw_timing(N, 4, seed=3, speed_spread=0.6, mean_delay=5.0), lookahead=1)
+    algorithm = AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0,
+                             sampling="poisson")
+    result = train(algorithm, data, PARAMS, rounds=tl.num_slices, key=0, delta=1e-5, progress=False)
+    counts = np.asarray(data.counts)
+    expected = [acct.tight_epsilon(SIZES[:, c], int(counts[c]), 2.0, 1e-5) for c in range(N)]
+    ledger = make_ledger(algorithm, counts).record(tl.num_slices)
+    np.testing.assert_allclose(ledger.epsilons(1e-5), expected, rtol=1e-9)   # client 0 has the fewest records
+    assert result.epsilon == pytest.approx(max(expected), rel=1e-9) and expected[0] > expected[1] > expected[2]
+    assert AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0).privacy is None
+    assert AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, sampling="poisson").privacy is None
+    with pytest.raises(ValueError, match="exceeds"):
+        algorithm.privacy(np.array([3, 30, 30]))
+    with pytest.raises(ValueError, match="per='rounds'"):
+        AD.async_sgd(logistic, tl, step_size=AS.step_size("inverse", 0.1, 0.01, per="iterations"), clip_norm=1.0,
+                     sampling="poisson")
