@@ -193,9 +193,10 @@ def _build(regime: Regime, static: dict, *, epsilon, learning_rate, noise_multip
                         shared_gradient_at=regime.at)
 
 
-def schedule(study: Study, n: int) -> dict:
+def schedule(study: Study | dict, n: int) -> dict:
     """Panel ``n``'s local training: Table 3's ``E`` and ``T``, the Poisson rate ``q`` and the local steps per
-    round: ``E`` (``local_unit="iterations"``) or ``round(E / q)`` (``"epochs"``: ``E`` passes in expectation)."""
+    round: ``E`` (``local_unit="iterations"``) or ``round(E / q)`` (``"epochs"``: ``E`` passes in expectation).
+    ``study``: the study, or its settings (a mapping)."""
     local, rounds = study["table3"][n]
     rate = min(1.0, study["batch"] * n / study["records"])
     steps = local if study["local_unit"] == "iterations" else max(1, round(local / rate))
@@ -331,9 +332,38 @@ def _table1_notes(dataset: str):
             else:
                 theirs = (PER_SILO, FULL, JOINT)[int(np.argmax([float(paper[i].split()[0]) for i in (0, 2, 3)]))]
             lines.append(f"| {n} | " + " | ".join(ours) + f" | {winner} | {theirs} |")
-        return "\n".join(lines)
+        return "\n".join(lines + [""] + _compute_lines(doc))
 
     return notes
+
+
+def _compute_lines(doc: dict) -> list[str]:
+    """The notes' compute table: per panel of the full study, the gradient evaluations of one regime run
+    (``n`` owners x local steps x rounds x the Poisson chunk, padding included) and the seconds of one trial
+    (every regime): measured where the panel ran, else projected from the largest panel run at its seconds
+    per evaluation (labelled so)."""
+    settings = dict(doc["config"]["settings"])
+    settings["table3"] = {int(k): v for k, v in settings["table3"].items()}
+    trials = int(doc["config"]["trials"])
+    evaluations = {n: n * sch["local_steps"] * sch["rounds"] * sch["chunk"]
+                   for n in sorted(settings["table3"]) for sch in [schedule(settings, n)]}
+    measured = {}
+    for r in doc["runs"]:
+        n = int(r["panel"].split("=")[1])
+        measured[n] = measured.get(n, 0.0) + float(r["wall_seconds"]) / trials
+    if not measured:
+        return []
+    largest = max(measured)
+    per_evaluation = measured[largest] / (evaluations[largest] * len(REGIMES))
+    lines = [f"Compute on this machine: seconds per trial (all {len(REGIMES)} regimes; panels not run: projected at "
+             f"n = {largest}'s {per_evaluation * 1e3:.2f} ms per gradient evaluation):", "",
+             "| n | gradient evaluations per regime run | seconds per trial | hours for " f"{trials} trials |",
+             "|---|---|---|---|"]
+    for n, count in evaluations.items():
+        seconds = measured.get(n, count * len(REGIMES) * per_evaluation)
+        tag = "" if n in measured else " (projected)"
+        lines.append(f"| {n} | {count:,} | {seconds:,.0f}{tag} | {seconds * trials / 3600:.1f}{tag} |")
+    return lines
 
 
 def _report(dataset: str, notes) -> Report:
