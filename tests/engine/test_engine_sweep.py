@@ -90,7 +90,7 @@ def test_a_list_of_configurations_is_run_as_given(small_data):
         sweep(_build, [{"lr": 0.1, "z": 0.5}, {"lr": 0.1}], small_data, init_linear(5), rounds=1)
 
 
-@pytest.mark.parametrize("rounds", [6, 7])
+@pytest.mark.parametrize("rounds", [pytest.param(6, marks=pytest.mark.slow), 7])
 def test_eval_every_records_the_curve_that_shorter_sweeps_end_on(small_data, rounds):
     """``eval_every=k``: point ``i`` is the evaluation a sweep of ``(i + 1) k`` rounds ends with (the same
     round keys and steps), the infos cover every round, and a remainder of rounds runs after the last point."""
