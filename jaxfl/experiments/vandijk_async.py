@@ -179,7 +179,8 @@ def _static(study, trial, problem, schedule, step_kind="constant", step_per="rou
             ("aggregation", study.settings.get("aggregation", "sum")),
             ("records", int(np.sum(np.asarray(trial.train.counts))))) + (
         # the client's sampling, named only when not the paper's (the stated variant): earlier parts stay valid
-        (("sampling", study["sampling"]),) if study.settings.get("sampling", "replacement") != "replacement" else ())
+        (("sampling", study["client_sampling"]),) if study.settings.get("client_sampling", "replacement") != "replacement"
+        else ())
 
 
 def _slices(static) -> int:
@@ -670,7 +671,7 @@ def _dp_study(name: str, problems: tuple, init, description: str, settings: dict
                "settings": {"k_per_client": 400, "records_per_client": 2_000, "test_records": 1_000},
                "config": {"note": f"quick form: {quick_note}, K = 400 per client, 2,000 records per client"}},
         variants={"stated": {
-            "settings": {"sampling": "poisson", "delta": DP["delta"]}, "families": (_dp_family("rdp"),),
+            "settings": {"client_sampling": "poisson", "delta": DP["delta"]}, "families": (_dp_family("rdp"),),
             "config": {"note": "the stated client (async_sgd(sampling='poisson')): every gradient of a round at its "
                                "start point, a Poisson sample of rate s_i / N_c; epsilon_spent is jaxfl's statement "
                                "(the ledger over each client's rounds, worst client, at delta 5.5e-8)"}}})
