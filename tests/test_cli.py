@@ -27,6 +27,7 @@ def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     assert len(err) == 1 and err[0].startswith("jaxfl: error:") and needle in err[0]
 
 
+@pytest.mark.slow
 def test_process_level_error_has_no_traceback():
     code, out, err = _run("account", "--noise-multiplier", "1.0", "--steps", "5", "--delta", "0")
     assert code == 2 and out == ""

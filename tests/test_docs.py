@@ -6,6 +6,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import optax
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,6 +23,7 @@ def test_readme_example_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_engine_doc_example_is_scaffold(small_data):
     """docs/engine.md's worked example (SCAFFOLD option II with an SGD client) trains, keeps per-silo
     control variates, and agrees with jaxfl.algorithms.scaffold."""
@@ -66,6 +68,7 @@ def test_nonconvex_doc_example_is_within_the_papers_epsilon(capsys):
     assert namespace["result"].rounds == 20
 
 
+@pytest.mark.slow
 def test_dprec_doc_example_spends_its_calibrated_epsilon(capsys):
     exec(compile(_python_blocks("docs/dprec.md")[0], "docs/dprec.md", "exec"), {})
     out = capsys.readouterr().out

@@ -58,6 +58,7 @@ def test_schedule_ledger_equals_hand_composition_in_pld():
     np.testing.assert_allclose(ledger.epsilons(DELTA), expected, rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_schedule_budget_search_equals_a_brute_force_scan(accountant):
     kw = {"value_discretization_interval": 1e-2} if accountant == "pld" else {}
@@ -140,6 +141,7 @@ def test_clipped_sum_gaussian_states_the_sensitivity_of_each_relation():
         events.clipped_sum_gaussian(-1.0, ADD)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("z", [0.7, 3.0, 11.0])
 def test_replace_one_gaussian_has_sensitivity_2c_in_rdp_and_pld(z):
     # replace-one with multiplier z is the add/remove Gaussian of multiplier z / 2 (sensitivity 2C), in both

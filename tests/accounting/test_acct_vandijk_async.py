@@ -177,6 +177,7 @@ def test_the_moments_accountant_object_composes_rounds_as_lemma_d1_adds_log_mome
             make_accountant("vandijk-moments").compose(bad)
 
 
+@pytest.mark.slow
 def test_the_paper_the_moments_accountant_and_the_tight_accountant_on_example_3():
     """At Example 3's schedule and sigma 8 the direct moments accountant certifies far more than the paper's
     (eps 1, delta 5.5e-8), and the tight Poisson RDP epsilon is smaller still (digest §8.9: the bounds are loose)."""

@@ -175,7 +175,8 @@ def test_bad_inputs_name_the_value(data):
 ETA_ROUNDS = AS.step_size("inverse_sqrt", 0.1, 0.01, per="rounds")
 
 
-@pytest.mark.parametrize("z", [pytest.param(0.0, marks=pytest.mark.slow), 1.5])
+@pytest.mark.slow
+@pytest.mark.parametrize("z", [0.0, 1.5])
 def test_poisson_variant_with_zero_delays_is_its_synchronous_reference_bitwise(data, z):
     timeline = AT.simulate(SIZES, AT.draw_timing(N, 4), lookahead=1)
     run = _run(AD.async_sgd(logistic, timeline, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=z,
@@ -205,6 +206,7 @@ def test_poisson_variant_samples_each_record_at_rate_s_over_n():
     assert abs(mean - 5.0) < 4 * std_err
 
 
+@pytest.mark.slow
 def test_poisson_variant_one_record_moves_a_rounds_message_by_at_most_2_eta_c(data):
     """Replace one record of client 0 by an outlier: the first round's messages (no noise) change by at most
     ``2 eta_0 C`` in norm (gradients at the round's start point; replace-one = remove + add), at two seeds."""
@@ -220,6 +222,7 @@ def test_poisson_variant_one_record_moves_a_rounds_message_by_at_most_2_eta_c(da
         assert diff <= 2 * ETA_ROUNDS(0.0) * 0.5 * (1 + 1e-5)
 
 
+@pytest.mark.slow
 def test_poisson_variant_states_the_tight_epsilon_of_its_rounds(data):
     """The run's ledger (add/remove one record, one schedule of Poisson-sampled Gaussians per client over the
     slices) certifies what jaxfl.accounting.vandijk_async.tight_epsilon computes for the client's rounds; the

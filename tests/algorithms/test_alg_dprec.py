@@ -49,6 +49,7 @@ def test_a_silo_drawn_twice_gets_independent_slot_keys():
     np.testing.assert_array_equal(keys[1], jax.random.key_data(rounds.slot_key(rk, 1, 0)))
 
 
+@pytest.mark.slow
 def test_round_sends_only_seeds_and_indices_and_the_server_applies_their_decoded_mean():
     data, algo, params = _setup()
     state = algo.init(params)
@@ -63,6 +64,7 @@ def test_round_sends_only_seeds_and_indices_and_the_server_applies_their_decoded
     assert int(new.round) == 1
 
 
+@pytest.mark.slow
 def test_messages_encode_the_clipped_local_update():
     data, algo, params = _setup()
     rk = jax.random.PRNGKey(8)

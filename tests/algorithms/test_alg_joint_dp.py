@@ -107,6 +107,7 @@ def test_privacy_is_stated_only_for_separable_losses():
         ansgd(coupled, shared={"x": "shared", "u": "shared"}, learning_rate=0.1).init(_params())
 
 
+@pytest.mark.slow
 def test_calibrations():
     """Alg. 1 line 2 with the constant made explicit: z = c sqrt(T log(1/delta)) / (eps m n); the accountant's z
     meets (eps, delta) for T steps of step_event under replace-one neighbours, and less noise does not;

@@ -102,6 +102,7 @@ def _quadratic(p, x, y):
     return 0.5 * jnp.sum((p["w"] - x) ** 2)
 
 
+@pytest.mark.slow
 def test_uniform_averaging_is_the_mean_of_the_iterates_before_each_step():
     data = _quadratic_data()
     p0 = {"w": jnp.array([3.0, -2.0])}
@@ -262,6 +263,7 @@ def test_shuffled_mbsgd_trains_and_permutes_reports(small_data):
     np.testing.assert_allclose(res.state.params["w"], ref.state.params["w"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sdp_accelerated_without_noise_bits_matches_the_gaussian_free_run():
     from jaxfl.privacy.shuffle import ShuffleParams
 

@@ -162,6 +162,7 @@ def test_batch_mean_clipping_bounds_the_silo_message_not_each_record():
     assert 4 * 0.5 < norm <= 5 * 0.5 * (1 + 1e-6)
 
 
+@pytest.mark.slow
 def test_summed_minibatch_gradient_equals_the_mean_with_k_times_the_step(small_data):
     k = 6
     for clip in ("batch_mean", "per_example"):

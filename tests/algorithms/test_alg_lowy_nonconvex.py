@@ -96,6 +96,7 @@ def test_spider_checkpoint_with_full_batch_is_exact_and_differences_track_the_gr
     np.testing.assert_allclose(v, g, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_difference_noise_follows_the_min_rule():
     """With smoothness beta the difference noise std on the sum is z2 min(2C, beta ||dw||): tiny steps,
     tiny noise; the checkpoint noise is unchanged."""
@@ -215,6 +216,7 @@ def test_one_pass_prox_sgd_is_parallel_and_limited():
     assert np.isinf(ledger.record(1).epsilon(1e-5))
 
 
+@pytest.mark.slow
 def test_alt_fed_spider_is_spider_with_phase_two():
     data = _data()
     alt = nc.alt_fed_spider(_loss, step_size=ETA, batch_size=5, clip_norm=1.0, noise_multiplier=20.0,

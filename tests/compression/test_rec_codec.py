@@ -32,6 +32,7 @@ def test_fused_logits_match_dense_reference_up_to_the_constant(sizes, bits):
         np.testing.assert_allclose(np.asarray(a) - constant, np.asarray(b), atol=2e-3 * (1 + np.abs(b).max()))
 
 
+@pytest.mark.slow
 def test_tiling_does_not_change_the_scores(monkeypatch):
     layout = rec.BlockLayout((5000, 333), (6, 6))
     mu = _update(layout.size)
@@ -131,6 +132,7 @@ def test_bias_shrinks_as_the_codebook_grows():
     assert errors[1] < 0.5 * errors[0]
 
 
+@pytest.mark.slow
 def test_blocks_are_encoded_independently():
     layout = rec.BlockLayout((100, 200), (5, 5))
     mu = _update(300)
@@ -144,6 +146,7 @@ def test_blocks_are_encoded_independently():
         rec.encode(changed, jnp.uint32(1), key, layout, SIGMA)[0])
 
 
+@pytest.mark.slow
 def test_encoding_batches_over_clients_with_vmap():
     layout = rec.BlockLayout((128, 70), (6, 4))
     mus = jax.random.normal(jax.random.PRNGKey(0), (3, layout.size)) * SIGMA

@@ -48,8 +48,8 @@ def _assert_bitwise(a, b):
         np.testing.assert_array_equal(u, v)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("poisson", "with_replacement") else n
-                                  for n in ALGORITHMS])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_local_sgd_draws_ahead_or_in_the_loop_bitwise_alike(small_data, name, monkeypatch):
     kwargs = ALGORITHMS[name]
     in_loop, *ahead = [_run_local_sgd(small_data, kwargs, b, monkeypatch)
@@ -68,6 +68,7 @@ def _bits(drawn):
                             else a.astype(jnp.int32).ravel() for a in jax.tree_util.tree_leaves(drawn)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_local_steps_hands_each_step_its_step_draws(small_data, name, monkeypatch):
     """Whatever the blocking, gradient_fn gets draw_fn(step), and step_draws draws from exactly the
@@ -121,6 +122,7 @@ def test_python_zero_noise_multiplier_draws_no_noise(small_data):
                              drawn=(minibatch, None))
 
 
+@pytest.mark.slow
 def test_draws_of_a_vmapped_gradient_fn(small_data):
     """Batched draws (two keys per step, for a vmap inside gradient_fn) pass through the blocks; the
     result is that of noisy_gradient drawing each step itself (up to XLA's fusion of the arithmetic)."""

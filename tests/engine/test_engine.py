@@ -81,6 +81,7 @@ def test_train_with_per_silo_delta_reports_per_silo_epsilons():
         train(_dp_sgd(), data, init_linear(5), rounds=2, delta=[1e-5, 1e-5], progress=False)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
     alg = _dp_sgd(z=1.2)
     test_x = small_data.x.reshape(-1, 5)

@@ -88,7 +88,8 @@ def test_local_epochs_under_vmap_equal_each_silo_alone():
             np.testing.assert_allclose(a, b[s], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("per_pass", [1, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("per_pass", [1, 3])
 def test_slot_rounds_in_passes_equal_one_vmap(per_pass):
     from jaxfl.algorithms.dprec import dp_rec
     from jaxfl.compression import rec

@@ -57,6 +57,7 @@ def _equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_chunked_training_equals_calling_each_round_with_its_inputs(small_data):
     schedule = growing_schedule(small_data.num_silos)
     alg = scheduled_sgd(schedule)

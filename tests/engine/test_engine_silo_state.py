@@ -85,6 +85,7 @@ def test_silo_state_with_clients_per_pass_equals_one_vmap(small_data, per_pass):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_resume_with_silo_state_equals_unbroken_run(tmp_path, small_data):
     alg, _ = momentum_sgd(silos_per_round=3)
     kw = dict(rounds=8, key=5, eval_every=2, delta=1e-5, progress=False)

@@ -15,6 +15,7 @@ def _build(lr, z):
     return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, clip_norm=1.0, noise_multiplier=z)
 
 
+@pytest.mark.slow
 def test_every_configuration_is_accounted_by_its_own_ledger(small_data):
     grid = {"lr": [0.1, 0.5], "z": [0.0, 0.8, 2.0]}
     deltas = 1.0 / np.asarray(small_data.counts, float) ** 2
@@ -77,6 +78,7 @@ def test_constants_are_program_arguments_and_host_values_for_the_accounting(smal
     assert a.epsilons[0] > b.epsilons[0]
 
 
+@pytest.mark.slow
 def test_a_list_of_configurations_is_run_as_given(small_data):
     """Zipped values (epsilons with their calibrated multipliers) instead of a Cartesian product."""
     configs = [{"lr": 0.1, "z": 0.5}, {"lr": 0.4, "z": 2.0}]
@@ -90,7 +92,8 @@ def test_a_list_of_configurations_is_run_as_given(small_data):
         sweep(_build, [{"lr": 0.1, "z": 0.5}, {"lr": 0.1}], small_data, init_linear(5), rounds=1)
 
 
-@pytest.mark.parametrize("rounds", [pytest.param(6, marks=pytest.mark.slow), 7])
+@pytest.mark.slow
+@pytest.mark.parametrize("rounds", [6, 7])
 def test_eval_every_records_the_curve_that_shorter_sweeps_end_on(small_data, rounds):
     """``eval_every=k``: point ``i`` is the evaluation a sweep of ``(i + 1) k`` rounds ends with (the same
     round keys and steps), the infos cover every round, and a remainder of rounds runs after the last point."""

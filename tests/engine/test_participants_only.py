@@ -52,10 +52,8 @@ def _run(alg, rounds=6, data=DATA):
     return jax.jit(lambda s, d: run_rounds(alg, s, d, jax.random.key(3), 0, rounds))(state, data)
 
 
-FAST = ("local_sgd",)
-
-
-@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(BUILDERS)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_participants_only_equals_every_silo(name):
     (gathered, g_info), (full, f_info) = _run(BUILDERS[name](3)), _run(BUILDERS[name](every_silo(3)))
     for a, b in zip(jax.tree_util.tree_leaves(gathered), jax.tree_util.tree_leaves(full), strict=True):

@@ -34,6 +34,7 @@ def test_registered():
     assert dprec_epsilon.NAME in experiments()
 
 
+@pytest.mark.slow
 def test_schema(produced):
     doc, _ = produced
     assert doc["experiment"] == "dprec/epsilon-table"

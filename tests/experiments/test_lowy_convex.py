@@ -326,6 +326,7 @@ def test_certified_epsilon_is_inf_where_the_calculus_proves_nothing():
 # A study's grid is jaxfl.engine.sweep of the family's build, the trial's data as arguments
 
 
+@pytest.mark.slow
 def test_study_grid_matches_engine_sweep(small_data):
     x_te = np.random.default_rng(0).standard_normal((20, 5)).astype(np.float32)
     data = D.TrialData(small_data, x_te, x_te.sum(axis=1), None, D._deltas(small_data), {"naive": 0.1})

@@ -22,7 +22,7 @@ from jaxfl.models import nets
 
 NAMES = ["lowy-nonconvex/mnist", "lowy-nonconvex/cifar10", "lowy-nonconvex/wbcd"]
 STUDIES = {"lowy-nonconvex/mnist": N.MNIST, "lowy-nonconvex/cifar10": N.CIFAR10, "lowy-nonconvex/wbcd": N.WBCD}
-SMOKE = "lowy-nonconvex/wbcd"  # the paper's end-to-end smoke test in the fast tier; the other quick forms are slow
+SMOKE = "lowy-nonconvex/wbcd"  # the smallest quick form, whose stored parts the schema test reads
 PNG = b"\x89PNG\r\n\x1a\n"
 DP = {N.SPIDER, N.MB, N.LOCAL, N.ALG3, N.ALG11}
 NON_PRIVATE = {N.NP_MB, N.NP_LOCAL}
@@ -38,7 +38,8 @@ def test_experiments_and_benchmark_are_registered():
     assert set(N.MNIST.variants) == {"reduced"} and not N.CIFAR10.variants and not N.WBCD.variants
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == SMOKE else pytest.mark.slow) for n in NAMES])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
 def test_quick_form_writes_finite_results(quick_results, name, tmp_path):
     d, doc = quick_results[name]
     study = STUDIES[name]
@@ -304,6 +305,7 @@ def test_paired_overview_counts_verdicts_and_averages_improvements_over_cells():
     assert "6.06%" in text and "1.72%" in text
 
 
+@pytest.mark.slow
 def test_stored_parts_hold_no_params_when_the_study_does_not_use_them(quick_results):
     """Seed 002's studies select on metrics and have no ``final``: a stored part keeps metrics, infos and
     epsilons only, small enough to commit a long study's finished parts."""

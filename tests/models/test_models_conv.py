@@ -58,6 +58,7 @@ def test_uncovered_convolutions_fall_back_to_lax(kwargs):
     np.testing.assert_array_equal(ours, lax.conv_general_dilated(x, w, dimension_numbers=NHWC, **kwargs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, shape", [(nets.MnistLeNet5, (28, 28, 1)),
                                          pytest.param(nets.FemnistCNN, (28, 28, 1), marks=pytest.mark.slow),
                                          pytest.param(nets.CifarCNN, (32, 32, 3), marks=pytest.mark.slow)])

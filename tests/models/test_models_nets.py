@@ -105,6 +105,7 @@ def test_per_example_loss_is_the_modules_loss(params):
     assert float(mine(params["mnist"], x, y)) == float(loss(params["mnist"], x, y))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_per_example_gradients_under_vmap_grad(params, name):
     module, shape, _, loss, _, _ = CASES[name]
@@ -138,6 +139,7 @@ def test_loss_is_deterministic(params, name):
     assert float(loss(params[name], x, y)) == float(loss(params[name], x, y))
 
 
+@pytest.mark.slow
 def test_error_rates(params):
     y2 = jnp.array([1, 0, 1, 1, 0, 1, 0, 1])   # 5 ones
     x = jnp.ones((8, 50))

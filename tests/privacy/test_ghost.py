@@ -45,6 +45,7 @@ def _batch(shape, classes, n=6, seed=0):
 MASK = jnp.array([1.0, 1.0, 0.0, 1.0, 2.0, 0.0])  # padding (0) and a record counted twice (2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, shape, loss, classes", [
     (nets.MnistMLP(), nets.MNIST_INPUT_SHAPE, nets.binary_logistic_loss, 2),
     pytest.param(nets.CifarCNN(), nets.CIFAR_INPUT_SHAPE, nets.softmax_cross_entropy, 10, marks=pytest.mark.slow),
@@ -149,6 +150,7 @@ def test_a_layer_called_twice_is_not_covered():
     _assert_same(loss_fn, params, x, y, MASK, 0.2)
 
 
+@pytest.mark.slow
 def test_weights_read_outside_their_layer_are_not_covered():
     module = nets.MnistMLP(hidden=6)
     params = nets.init_params(module, jax.random.PRNGKey(0), (4,))

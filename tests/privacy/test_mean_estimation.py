@@ -53,6 +53,7 @@ def test_concentrated_vectors_are_not_winsorised_and_the_error_is_the_stated_noi
     assert per_coordinate == pytest.approx(sigma_m / r, rel=0.25)
 
 
+@pytest.mark.slow
 def test_one_replaced_user_moves_the_winsorised_sum_by_at_most_the_sensitivity():
     """Noise off (z tiny), the same located centres: replacing a user by a far outlier moves r * mean by at
     most 6 tau' sqrt(p), the sensitivity the mean's noise is calibrated to."""
@@ -67,6 +68,7 @@ def test_one_replaced_user_moves_the_winsorised_sum_by_at_most_the_sensitivity()
     assert moved <= 6 * rotated_radius(tau, d, r, 1e-3) * math.sqrt(16) * (1 + 1e-4)
 
 
+@pytest.mark.slow
 def test_padding_rows_are_ignored():
     """Masked rows change nothing, whatever they hold (tau' is set for the number of rows, so a padded and an
     unpadded call differ only through that union bound)."""

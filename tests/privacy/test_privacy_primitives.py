@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 import scipy.stats
 from hypothesis import given, settings, strategies as st
 
@@ -110,6 +111,7 @@ def test_optax_dp_aggregate_matches_manual():
     assert int(state.count) == 2
 
 
+@pytest.mark.slow
 def test_optax_dp_aggregate_and_engine_noisy_gradient_agree():
     """The optax transform and the engine's noisy gradient (one noisy_clipped_mean) give the same result
     on the same records and keys: the transform's step t noise key is the engine's step t noise key."""
