@@ -26,7 +26,7 @@ from jaxfl.data.federated import FederatedData
 from jaxfl.engine import sharding
 from jaxfl.engine.checkpoint import Checkpointer
 from jaxfl.engine.metrics import MetricsWriter
-from jaxfl.engine.protocol import FederatedAlgorithm, initial_state, schedule_length
+from jaxfl.engine.protocol import FederatedAlgorithm, initial_state, schedule_length, silo_models_of
 from jaxfl.privacy import keys as keys_lib
 
 
@@ -71,11 +71,7 @@ def _silo_evaluator(algorithm: FederatedAlgorithm, silo_eval_fn, num_silos: int)
     """``state -> {name: [num_silos]}``: ``silo_eval_fn`` on every silo's own model, jitted."""
 
     def evaluate(state):
-        silos = jnp.arange(num_silos)
-        own = None if algorithm.silo_params is None else algorithm.silo_params(state)
-        if own is None:  # one shared model, evaluated by every silo
-            return jax.vmap(silo_eval_fn, in_axes=(None, 0))(state.params, silos)
-        return jax.vmap(silo_eval_fn)(own, silos)
+        return jax.vmap(silo_eval_fn)(silo_models_of(algorithm, state, num_silos), jnp.arange(num_silos))
 
     return jax.jit(evaluate)
 

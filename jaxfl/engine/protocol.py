@@ -112,6 +112,15 @@ def initial_state(algorithm: FederatedAlgorithm, params, num_silos: int):
     return SiloState(server, algorithm.init_silos(params, int(num_silos)))
 
 
+def silo_models_of(algorithm: FederatedAlgorithm, state, num_silos: int):
+    """Every silo's own model (leaves ``[num_silos, ...]``): ``algorithm.silo_params(state)``, or the shared
+    ``state.params`` repeated when the algorithm keeps no per-silo parameters."""
+    own = None if algorithm.silo_params is None else algorithm.silo_params(state)
+    if own is not None:
+        return own
+    return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_silos,) + jnp.shape(a)), state.params)
+
+
 def schedule_length(algorithm: FederatedAlgorithm) -> int | None:
     """Rounds covered by the algorithm's schedule (None: unscheduled)."""
     if algorithm.schedule is None:

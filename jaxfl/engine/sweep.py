@@ -27,7 +27,7 @@ import numpy as np
 from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine.driver import check_schedule, make_ledger, run_rounds
-from jaxfl.engine.protocol import initial_state
+from jaxfl.engine.protocol import initial_state, silo_models_of
 
 
 class SweepResult(NamedTuple):
@@ -167,15 +167,6 @@ def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool, s
 
     over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None, None))
     return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None, None)))
-
-
-def silo_models_of(algorithm, state, num_silos: int):
-    """Every silo's own model (leaves ``[num_silos, ...]``): ``algorithm.silo_params(state)``, or the shared
-    ``state.params`` repeated when the algorithm keeps no per-silo parameters."""
-    own = None if algorithm.silo_params is None else algorithm.silo_params(state)
-    if own is not None:
-        return own
-    return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_silos,) + jnp.shape(a)), state.params)
 
 
 def _account(build, configs: list, counts: np.ndarray, rounds: int, delta, accountant: str,
