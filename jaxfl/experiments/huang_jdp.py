@@ -306,11 +306,15 @@ def _tuning_notes(doc: dict) -> str:
 # Table 1 in the paper's layout
 
 
+def _test_accuracies(doc: dict, panel: str, label: str, eps=None) -> list[float]:
+    """Every run's (and seed's) test accuracy of regime ``label`` in ``panel`` (at ``eps`` when given)."""
+    return [x for r in doc["runs"] if r["panel"] == panel and r["algorithm"] == label
+            and (eps is None or r["epsilon"] == eps)
+            for x in r["metrics"].get("test_accuracy_seeds", [r["metrics"]["test_accuracy"]])]
+
+
 def _table1_notes(dataset: str):
     def notes(doc: dict) -> str:
-        cells: dict = {}
-        for r in doc["runs"]:
-            cells.setdefault((r["panel"], r["algorithm"]), []).append(r)
         labels = (PER_SILO, NO_DP, FULL, JOINT, STATED)
         lines = [f"Table 1 layout ({dataset}; test accuracy mean ± std over runs; ours | paper):", "",
                  "| n | " + " | ".join(labels) + " | our winner of {per-silo, full, joint} | paper's winner |",
@@ -320,9 +324,7 @@ def _table1_notes(dataset: str):
             paper = TABLE1[dataset].get(n)
             ours, means = [], {}
             for i, label in enumerate(labels):
-                recs = cells.get((panel, label), [])
-                values = [x for rec in recs for x in rec["metrics"].get("test_accuracy_seeds",
-                                                                          [rec["metrics"]["test_accuracy"]])]
+                values = _test_accuracies(doc, panel, label)
                 cell = f"{np.mean(values):.4f} ± {np.std(values):.4f}" if values else "-"
                 means[label] = np.mean(values) if values else -math.inf
                 ours.append(f"{cell} \\| {paper[i]}" if paper is not None and i < 4 else cell)
@@ -488,9 +490,7 @@ def _records_table(title: str, header: tuple, rows) -> list[str]:
 
 
 def _accuracy(doc: dict, panel: str, label: str, eps=None) -> str:
-    values = [x for r in doc["runs"] if r["panel"] == panel and r["algorithm"] == label
-              and (eps is None or r["epsilon"] == eps)
-              for x in r["metrics"].get("test_accuracy_seeds", [r["metrics"]["test_accuracy"]])]
+    values = _test_accuracies(doc, panel, label, eps)
     return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if values else "-"
 
 
@@ -514,6 +514,38 @@ def _table4_notes(doc: dict) -> str:
     return "\n".join(_records_table("Table 4 layout (MNIST; user level by group privacy; ours | paper):",
                                      ("n", "m/r", "full-DP eps 1", "joint-DP eps 1", "joint-DP eps 3",
                                       "joint-DP eps 8"), rows))
+
+
+def _figure1_notes(doc: dict) -> str:
+    """Figure 1 as numbers (the paper gives none beyond Table 1) and its three claims (digest §5.8) checked
+    on the means: (1) joint DP above full DP for every eps <= 10, (2) full DP at or above joint DP at
+    eps = 100, (3) joint DP's gain at eps <= 10 larger for larger n."""
+    panels = list(dict.fromkeys(r["panel"] for r in doc["runs"]))
+    epsilons = sorted({r["epsilon"] for r in doc["runs"] if r["algorithm"] == JOINT})
+    mean = lambda values: float(np.mean(values)) if values else math.nan
+    rows, low, high, gains = [], [], [], {}
+    for panel in panels:
+        n = int(panel.split("=")[1])
+        for eps in epsilons:
+            full, joint = (mean(_test_accuracies(doc, panel, label, eps)) for label in (FULL, JOINT))
+            (low if eps <= 10 else high).append(joint - full)
+            if eps <= 10:
+                gains.setdefault(n, []).append(joint - full)
+            rows.append((n, f"{eps:g}", _accuracy(doc, panel, FULL, eps), _accuracy(doc, panel, JOINT, eps),
+                         f"{joint - full:+.4f}", _accuracy(doc, panel, PER_SILO)))
+    table = _records_table("Figure 1 as numbers (MNIST; test accuracy mean ± std over runs):",
+                           ("n", "eps", "full DP", "joint DP", "joint - full", "per-silo (dashed line)"), rows)
+    mean_gain = {n: float(np.mean(g)) for n, g in gains.items()}
+    ordered = [mean_gain[n] for n in sorted(mean_gain)]
+    claims = [
+        "", "The paper's claims (digest §5.8), checked on the means above:", "",
+        f"1. joint DP above full DP for eps <= 10: {sum(d > 0 for d in low)} of {len(low)} (n, eps) cells.",
+        f"2. full DP at or above joint DP at eps = 100: {sum(d <= 0 for d in high)} of {len(high)} panels.",
+        "3. joint DP's mean gain over full DP at eps <= 10, by n: "
+        + ", ".join(f"n = {n}: {g:+.4f}" for n, g in sorted(mean_gain.items()))
+        + ("; larger for larger n: " + ("yes" if all(a < b for a, b in zip(ordered, ordered[1:])) else "no")
+           if len(ordered) > 1 else " (one panel: not testable)") + "."]
+    return "\n".join(table + claims)
 
 
 def _variant_study(name, description, *, regimes, panels, notes, settings=None, figure=None, config=None,
@@ -553,7 +585,7 @@ FIGURE_1 = register(_variant_study(
     "huang-jdp/figure1", "seed 001 Figure 1 (MNIST): full DP vs joint DP over eps in {1, 2, 5, 10, 100}, per n, "
                          "with per-silo training for reference",
     regimes=(REGIMES["per_silo"], REGIMES["full_dp"], REGIMES["joint_dp"]), panels=_panels(sorted(TABLE3)),
-    notes=None, settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
+    notes=_figure1_notes, settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
     figure=Figure(curves=(Curve(FULL, {"color": "C0", "marker": "o"}), Curve(JOINT, {"color": "C1", "marker": "s"}),
                           Curve(PER_SILO, {"color": "gray", "linestyle": "--"}, line=True)),
                   title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy")))
