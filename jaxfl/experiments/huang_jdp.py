@@ -645,3 +645,68 @@ NOISE = register(Study(
 
 TUNING = {d: register(_tuning(d)) for d in ("mnist", "fashion-mnist")}
 TABLE_1 = {d: register(_table1(d)) for d in ("mnist", "fashion-mnist")}
+
+# ------------------------------------------------------------------------------------------------
+# Sensitivity: the DP regimes' validation accuracy over learning rates (a diagnostic, not the procedure)
+
+DP_RATES = (0.003, 0.01, 0.03, 0.1, 0.3)
+
+
+def _dp_rate_label(label: str, lr: float) -> str:
+    return f"{label}, learning rate {lr:g}"
+
+
+def _dp_rate_family(regime: Regime) -> Family:
+    """``regime``'s family with one reported row per learning rate (labelled by it)."""
+    family = _families((regime,))[0]
+
+    def describe(study, panel, trial, program, row):
+        return {**family.describe(study, panel, trial, program, row),
+                "algorithm": _dp_rate_label(regime.label, row["learning_rate"])}
+
+    return dataclasses.replace(family, describe=describe)
+
+
+def _dp_rate_notes(doc: dict) -> str:
+    panels = list(dict.fromkeys(r["panel"] for r in doc["runs"]))
+    rates = sorted({float(r["learning_rate"]) for r in doc["runs"]})
+    header = ("learning rate", *(f"{label}, {panel}" for panel in panels for label in (FULL, JOINT)))
+    rows, best = [], {}
+    for lr in rates:
+        cells = []
+        for panel in panels:
+            for label in (FULL, JOINT):
+                values = _test_accuracies(doc, panel, _dp_rate_label(label, lr))
+                cells.append(f"{np.mean(values):.4f}" if values else "-")
+                if values and np.mean(values) > best.get((panel, label), (None, -1.0))[1]:
+                    best[(panel, label)] = (lr, float(np.mean(values)))
+        rows.append((f"{lr:g}", *cells))
+    lines = _records_table("Validation accuracy of the DP regimes at eps 1 per learning rate (chance: 0.125):",
+                           header, rows)
+    lines += ["", "Best rate per regime and panel: " + "; ".join(
+        f"{label}, {panel}: {lr:g} ({acc:.4f})" for (panel, label), (lr, acc) in best.items())
+        + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate('mnist'):g}."]
+    return "\n".join(lines)
+
+
+def _dp_learning_rate() -> Study:
+    base = _tuning("mnist")
+    families = (_dp_rate_family(REGIMES["full_dp"]), _dp_rate_family(REGIMES["joint_dp"]))
+    labels = tuple(_dp_rate_label(f.label, lr) for f in families for lr in DP_RATES)
+    return dataclasses.replace(
+        base, name="huang-jdp/dp-learning-rate",
+        description="seed 001 (MNIST, n = 4 and 16): validation accuracy of the full-DP and joint-DP regimes at "
+                    "eps 1 over learning rates; a diagnostic of Table 1's DP rows, not its tuning procedure",
+        families=families, panels=_panels((4, 16)),
+        report=Report(table=Table(columns=tuple(Column(label, label, "mean_std") for label in labels),
+                                  metric="test_accuracy", metric_name="validation accuracy", digits=4),
+                      header="{name}, {panel}: validation accuracy per regime and learning rate, eps 1 ({form} "
+                             "form)", notes=_dp_rate_notes),
+        settings={**base.settings, "learning_rates": DP_RATES, "epsilons": (1.0,)},
+        config={"paper": PAPER, "clip": CLIP, "delta": DELTA, "batch": BATCH,
+                "procedure": "validation split of the training owners (20 %), as the tuning study; tuning on a "
+                             "private regime's validation error is not itself private (not accounted)"},
+        quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.01, 0.1)}})
+
+
+DP_LEARNING_RATE = register(_dp_learning_rate())

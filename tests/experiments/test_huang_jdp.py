@@ -149,6 +149,28 @@ def test_table2_quick_form_runs_every_split_of_private_layers(quick_results):
     assert "Table 2 layout" in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
+def test_figure1_quick_form_runs_every_epsilon_and_checks_the_claims(quick_results):
+    out, doc = quick_results["huang-jdp/figure1"]
+    cells = {(r["panel"], r["algorithm"], r["epsilon"]) for r in doc["runs"]}
+    for panel in ("n = 4", "n = 16"):
+        assert (panel, H.PER_SILO, None) in cells
+        assert all((panel, label, eps) in cells for label in (H.FULL, H.JOINT) for eps in (1.0, 2.0, 5.0, 10.0, 100.0))
+    summary = (out / "summary.md").read_text()
+    assert "Figure 1 as numbers" in summary and "of 8 (n, eps) cells" in summary and "of 2 panels" in summary
+
+
+@pytest.mark.slow
+def test_dp_learning_rate_quick_form_reports_every_regime_and_rate(quick_results):
+    out, doc = quick_results["huang-jdp/dp-learning-rate"]
+    cells = {(r["panel"], r["algorithm"]) for r in doc["runs"]}
+    assert cells == {(f"n = {n}", H._dp_rate_label(label, lr)) for n in (4, 16) for label in (H.FULL, H.JOINT)
+                     for lr in (0.01, 0.1)}
+    assert all(r["privacy"]["accountant"] == "rdp" and r["epsilon"] == 1.0 for r in doc["runs"])
+    assert all(panel["eval_split"] == "validation" for panel in doc["config"]["per_trial"][0]["panels"].values())
+    assert "Best rate per regime and panel" in (out / "summary.md").read_text()
+
+
 def test_noise_rows_follow_from_the_calibration():
     """n = 512: Poisson rate 1 (32 > 10,000 / 512 records), T E = 20 x 5 steps either way; the per-coordinate
     noise is z C / (q m) for one owner and that over sqrt(n) for the owners' mean; eps spent is the target."""
