@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -156,6 +158,22 @@ def environment() -> dict:
             "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
 
 
+@functools.lru_cache(maxsize=1)
+def source_revision() -> dict | None:
+    """The code that ran: ``{"commit": HEAD's sha, "modified": whether the checkout's ``jaxfl/`` differs from
+    it}`` when jaxfl runs from a git checkout, else None. Read once per process (a study's parts may be
+    reused by a later process at another commit: results.json lists theirs too)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "jaxfl"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "modified": bool(status.strip())}
+
+
 def _clean(value):
     if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
         return str(value)
@@ -224,8 +242,8 @@ def document(outcome) -> dict:
     doc = {"experiment": study.name, "jaxfl_version": __version__,
            "config": {**study_config(study), **config, "per_trial": outcome.per_trial,
                       "wall_seconds_total": outcome.seconds, "parts_seconds_total": outcome.parts_seconds,
-                      "parts_reused": outcome.parts_reused},
-           "runs": [record(r) for r in outcome.rows], "environment": environment()}
+                      "parts_reused": outcome.parts_reused, "parts_sources": outcome.parts_sources},
+           "runs": [record(r) for r in outcome.rows], "environment": environment(), "source": source_revision()}
     return _clean(doc)
 
 

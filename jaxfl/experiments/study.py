@@ -40,6 +40,7 @@ from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver
 from jaxfl.engine.sweep import SweepResult, configurations, sweep
+from jaxfl.experiments.report import source_revision
 
 
 RUNNERS = ("sweep", "train", "compute")
@@ -408,26 +409,36 @@ def _fingerprint(study: Study, family: Family, program: Program, seeds: list) ->
                  study.batch_for(family.name), jax.__version__) + curve)
 
 
+def _source_label(source: Mapping | None) -> str:
+    """``"COMMIT"`` (12 hex digits), ``"COMMIT+modified"`` or ``"unrecorded"`` (no git checkout, or a part
+    stored before parts recorded their source)."""
+    if not source:
+        return "unrecorded"
+    return source["commit"][:12] + ("+modified" if source["modified"] else "")
+
+
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,
-                  part: Path | None) -> tuple[SweepResult, float, bool]:
-    """:func:`_sweep`, its seconds and whether it was reused: kept in ``part`` (a pickle of host arrays)
-    and reused from it when the same form, program and seeds were run before, so a long study stopped
-    mid-way resumes at its next part. ``part=None`` (no output directory): always run."""
+                  part: Path | None) -> tuple[SweepResult, float, bool, str]:
+    """:func:`_sweep`, its seconds, whether it was reused and the code that ran it (:func:`_source_label`):
+    kept in ``part`` (a pickle of host arrays) and reused from it when the same form, program and seeds were
+    run before, so a long study stopped mid-way resumes at its next part. A part is keyed by its settings,
+    not by the code, so results.json lists the sources of its parts. ``part=None``: always run."""
     fingerprint = _fingerprint(study, family, program, seeds) if part is not None else None
     if part is not None and part.exists():
         stored = pickle.loads(part.read_bytes())
         result = SweepResult(*stored["result"])
         if stored["fingerprint"] == fingerprint and (result.params is not None or study.final is None):
-            return _without_unused_params(study, result), stored["seconds"], True
+            return _without_unused_params(study, result), stored["seconds"], True, _source_label(stored.get("source"))
     start = time.perf_counter()
     out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds)))
     seconds = time.perf_counter() - start
     if part is not None:
         part.parent.mkdir(parents=True, exist_ok=True)
         partial = part.with_suffix(".tmp")
-        partial.write_bytes(pickle.dumps({"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds}))
+        partial.write_bytes(pickle.dumps({"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds,
+                                          "source": source_revision()}))
         partial.replace(part)  # atomic: a part is either whole or absent
-    return out, seconds, False
+    return out, seconds, False, _source_label(source_revision())
 
 
 def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
@@ -516,6 +527,7 @@ class Outcome:
     seconds: float
     parts_seconds: float = 0.0   # the grid programs' seconds, stored parts' as recorded when they ran
     parts_reused: int = 0        # grid programs taken from stored parts (a resumed run)
+    parts_sources: list = dataclasses.field(default_factory=list)  # the code that ran the grid programs
 
 
 def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
@@ -524,7 +536,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
     rows, per_trial = [], []
     for t in range(study.trials):
         t0 = time.perf_counter()
-        parts_seconds, parts_reused = 0.0, 0
+        parts_seconds, parts_reused, sources = 0.0, 0, set()
         trial = None if study.data_per_panel else study.data(study, t)
         panel_info = {}
         if trial is not None:
@@ -548,7 +560,8 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                         continue
                     name = f"trial{t}-panel{p}-{family.name}-{j}.pkl"
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
-                    out, seconds, reused = _stored_sweep(study, family, program, trial, seeds, part)
+                    out, seconds, reused, source = _stored_sweep(study, family, program, trial, seeds, part)
+                    sources.add(source)
                     parts_seconds, parts_reused = parts_seconds + seconds, parts_reused + reused
                     shown = {k: v for k, v in program.static if not callable(v)}
                     log(f"   {panel.label} {family.name} {shown}: "
@@ -567,6 +580,8 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
             facts = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
             facts.update(trial.info)
         per_trial.append({"trial": t, **facts, "seconds": time.perf_counter() - t0,
-                          "parts_seconds": parts_seconds, "parts_reused": parts_reused})
+                          "parts_seconds": parts_seconds, "parts_reused": parts_reused,
+                          "parts_sources": sorted(sources)})
     return Outcome(study, rows, per_trial, time.perf_counter() - t_start,
-                   sum(p["parts_seconds"] for p in per_trial), sum(p["parts_reused"] for p in per_trial))
+                   sum(p["parts_seconds"] for p in per_trial), sum(p["parts_reused"] for p in per_trial),
+                   sorted({s for p in per_trial for s in p["parts_sources"]}))

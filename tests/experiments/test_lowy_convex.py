@@ -7,6 +7,8 @@ import json
 import math
 import pickle
 import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import jax
@@ -389,6 +391,10 @@ def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results,
     again = tmp_path / "again"
     shutil.copytree(directory / "parts", again / "parts")
     (again / "parts" / sorted(p.name for p in (again / "parts").iterdir())[-1]).unlink()  # as if stopped there
+    oldest = sorted((again / "parts").iterdir())[0]  # as if stored before parts recorded the code that ran them
+    stored = pickle.loads(oldest.read_bytes())
+    del stored["source"]
+    oldest.write_bytes(pickle.dumps(stored))
     ran = []
     real = study_lib._sweep
     monkeypatch.setattr(study_lib, "_sweep", lambda *a, **k: ran.append(1) or real(*a, **k))
@@ -403,3 +409,9 @@ def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results,
     recorded = sum(pickle.loads(p.read_bytes())["seconds"] for p in parts)
     assert second["config"]["parts_seconds_total"] == pytest.approx(recorded)
     assert sum(t["parts_seconds"] for t in second["config"]["per_trial"]) == pytest.approx(recorded)
+    # the code that ran: this checkout's commit for the results and the new part, "unrecorded" for the old part
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert second["source"]["commit"] == head
+    assert len(second["config"]["parts_sources"]) == 2 and "unrecorded" in second["config"]["parts_sources"]
+    assert any(label.startswith(head[:12]) for label in second["config"]["parts_sources"])
