@@ -70,3 +70,20 @@ def test_reproduce_demo_quick_writes_results_schema(tmp_path, capsys):
     header = (tmp_path / "curves.csv").read_text().splitlines()[0]
     assert "round" in header and "participants" in header
     assert (tmp_path / "figure.png").stat().st_size > 1000
+
+
+def test_benchmark_records_name_the_code_that_ran_them(tmp_path):
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from jaxfl.experiments.report import write_benchmark
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: records carry source None")
+    path = write_benchmark({"benchmark": "x", "ratio": 2.0}, tmp_path / "b" / "x.json")
+    record = json.loads(path.read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert record["ratio"] == 2.0 and record["source"]["commit"] == head and isinstance(record["source"]["modified"], bool)

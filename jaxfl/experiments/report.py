@@ -142,10 +142,11 @@ def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
 
 
 def write_benchmark(record: dict, path) -> Path:
-    """Writes a benchmark's JSON record (ARCHITECTURE §3.6) to ``path``, creating its folder; returns the path."""
+    """Writes a benchmark's JSON record (ARCHITECTURE §3.6), with the code that ran it (``source``:
+    :func:`source_revision`), to ``path``, creating its folder; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    path.write_text(json.dumps({**record, "source": source_revision()}, indent=2) + "\n")
     return path
 
 
