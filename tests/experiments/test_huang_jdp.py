@@ -189,8 +189,9 @@ def test_noise_rows_follow_from_the_calibration():
 
 def test_figure1_notes_check_the_papers_claims_on_the_means():
     """Two panels, hand-made accuracies: joint above full at eps 1 and 10 in both panels but one (n = 4, eps 10),
-    full above joint at eps 100 in one panel of two, and a gain that grows with n."""
-    acc = {(4, 1.0): (0.30, 0.50), (4, 10.0): (0.80, 0.70), (4, 100.0): (0.90, 0.85),
+    n = 4 at eps 1 at chance (0.10, 0.15 < 0.125 + 0.05), full above joint at eps 100 in one panel of two, and a
+    gain that grows with n."""
+    acc = {(4, 1.0): (0.10, 0.15), (4, 10.0): (0.80, 0.70), (4, 100.0): (0.90, 0.85),
            (16, 1.0): (0.20, 0.60), (16, 10.0): (0.70, 0.90), (16, 100.0): (0.80, 0.95)}
     runs = [{"panel": f"n = {n}", "algorithm": label, "epsilon": eps, "metrics": {"test_accuracy": a}}
             for (n, eps), pair in acc.items() for label, a in zip((H.FULL, H.JOINT), pair)]
@@ -198,7 +199,7 @@ def test_figure1_notes_check_the_papers_claims_on_the_means():
              for n in (4, 16)]
     text = H._figure1_notes({"runs": runs})
     assert "| 16 | 10 | 0.7000 ± 0.0000 | 0.9000 ± 0.0000 | +0.2000 | 0.9000 ± 0.0000 |" in text
-    assert "eps <= 10: 3 of 4 (n, eps) cells" in text
-    assert "eps = 100: 1 of 2 panels" in text
-    # gains at eps <= 10: n = 4: (0.2 - 0.1) / 2 = 0.05; n = 16: (0.4 + 0.2) / 2 = 0.3
-    assert "n = 4: +0.0500, n = 16: +0.3000; larger for larger n: yes." in text
+    assert "eps <= 10: 3 of 4 (n, eps) cells; both regimes at chance (below 0.175) in 1 of them." in text
+    assert "eps = 100: 1 of 2 panels." in text
+    # gains at eps <= 10: n = 4: (0.05 - 0.1) / 2 = -0.025; n = 16: (0.4 + 0.2) / 2 = 0.3
+    assert "n = 4: -0.0250, n = 16: +0.3000; larger for larger n: yes." in text
