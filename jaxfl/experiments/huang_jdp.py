@@ -210,10 +210,13 @@ def _records_per_user(panel: Panel) -> int:
     return dict(panel.values).get("records_per_user", 1)
 
 
-def _rate_stages(study: Study) -> tuple:
+def _rate_stages(study: Study, private: bool = False) -> tuple:
     """The study's learning rates as stages, one program each: ``learning_rates`` is a tuple of rates (one
-    stage) or of tuples of rates; a grid extended by a stage reuses the stored parts of the stages before it."""
-    rates = study["learning_rates"]() if callable(study["learning_rates"]) else study["learning_rates"]
+    stage) or of tuples of rates; a grid extended by a stage reuses the stored parts of the stages before it.
+    ``private``: a DP regime's, ``private_learning_rates`` when the study sets it."""
+    rates = study["private_learning_rates"] if private and study["private_learning_rates"] is not None \
+        else study["learning_rates"]
+    rates = rates() if callable(rates) else rates
     return tuple(tuple(r) for r in rates) if isinstance(rates[0], (tuple, list)) else (tuple(rates),)
 
 
@@ -236,7 +239,7 @@ def _programs(regime: Regime):
                 eps_r, delta_r = record_level_target(eps, DELTA, k, bound="paper") if k > 1 else (eps, DELTA)
                 noise[eps] = noise_multiplier_for(eps_r, s["rate"], steps, delta_r)
             grids = [[{"epsilon": eps, "learning_rate": lr, "noise_multiplier": z} for eps, z in noise.items()
-                      for lr in rates] for rates in _rate_stages(study)]
+                      for lr in rates] for rates in _rate_stages(study, private=True)]
         return [Program(static, grid, s["rounds"], columns=columns) for grid in grids]
 
     return programs
@@ -285,12 +288,14 @@ def _chosen(errors: dict) -> float:
     return min(errors, key=lambda lr: (errors[lr], lr))
 
 
-def tuned_learning_rate(dataset: str, results_dir=None) -> float:
-    """The learning rate ``huang-jdp/tuning-DATASET`` chose: the lowest mean validation error of the no-DP
-    regime over its panels (read from its committed ``results.json``)."""
-    path = Path(results_dir or REPO / "results" / "huang-jdp" / f"tuning-{dataset}") / "results.json"
+def tuned_learning_rate(dataset: str, results_dir=None, study: str | None = None) -> float:
+    """The learning rate a tuning study chose: the lowest mean validation error over its runs (read from
+    its committed ``results.json``). ``study`` (default ``tuning-DATASET``: the no-DP regime over its
+    panels) may name ``dp-learning-rate`` (MNIST: the full-DP and joint-DP regimes at eps 1, n = 4 and 16)."""
+    name = study or f"tuning-{dataset}"
+    path = Path(results_dir or REPO / "results" / "huang-jdp" / name) / "results.json"
     if not path.exists():
-        raise ValueError(f"no tuning results at {path}: run `jaxfl reproduce huang-jdp/tuning-{dataset}` first")
+        raise ValueError(f"no tuning results at {path}: run `jaxfl reproduce huang-jdp/{name}` first")
     return _chosen(_validation_errors(json.loads(path.read_text())["runs"]))
 
 
@@ -379,9 +384,15 @@ def _report(dataset: str, notes) -> Report:
 
 
 SETTINGS = {"records": 10_000, "test_records": 5_000, "batch": BATCH, "table3": TABLE3,
-            "local_unit": "iterations", "validation": 0.0, "epsilons": (1.0,)}
+            "local_unit": "iterations", "validation": 0.0, "epsilons": (1.0,), "private_learning_rates": None}
 EPOCHS_VARIANT = {"settings": {"local_unit": "epochs"},
                   "config": {"note": "Table 3's E read as local epochs (its header) instead of iterations"}}
+DP_TUNED_VARIANT = {
+    "settings": {"private_learning_rates": lambda: (tuned_learning_rate("mnist", study="dp-learning-rate"),)},
+    "config": {"learning_rate_private": "huang-jdp/dp-learning-rate",
+               "note": "the DP regimes at the learning rate chosen on their own validation accuracy "
+                       "(huang-jdp/dp-learning-rate; that choice is not itself private), the others at the no-DP "
+                       "tuning's"}}
 QUICK = {"trials": 1, "reps": 1, "panels": (Panel("n = 4", (("owners", 4),)), Panel("n = 16", (("owners", 16),))),
          "settings": {"records": 1_000, "test_records": 500, "table3": {4: (1, 2), 16: (1, 2)},
                       "learning_rates": (0.05,)},
@@ -444,7 +455,7 @@ def _table1(dataset: str) -> Study:
                   "learning_rates": lambda: (tuned_learning_rate(dataset),)},
         config={"paper": PAPER, "delta": DELTA, "clip": CLIP, "batch": BATCH,
                 "learning_rate": "huang-jdp/tuning-" + dataset},
-        quick=QUICK, variants={"epochs": EPOCHS_VARIANT})
+        quick=QUICK, variants={"epochs": EPOCHS_VARIANT, **({"dp-tuned": DP_TUNED_VARIANT} if dataset == "mnist" else {})})
 
 
 # ------------------------------------------------------------------------------------------------

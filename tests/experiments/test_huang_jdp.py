@@ -203,3 +203,18 @@ def test_figure1_notes_check_the_papers_claims_on_the_means():
     assert "eps = 100: 1 of 2 panels." in text
     # gains at eps <= 10: n = 4: (0.05 - 0.1) / 2 = -0.025; n = 16: (0.4 + 0.2) / 2 = 0.3
     assert "n = 4: -0.0250, n = 16: +0.3000; larger for larger n: yes." in text
+
+
+def test_dp_regimes_take_the_private_learning_rates_when_the_study_sets_them(tmp_path):
+    import json
+
+    settings = {**H.SETTINGS, "learning_rates": (0.3,), "private_learning_rates": lambda: (0.03,)}
+    assert H._rate_stages(settings) == ((0.3,),) and H._rate_stages(settings, private=True) == ((0.03,),)
+    assert H._rate_stages({**settings, "private_learning_rates": None}, private=True) == ((0.3,),)
+    # the dp-tuned variant's rate: the lowest mean validation error over the runs (0.03: (0.2 + 0.3) / 2)
+    runs = [{"learning_rate": lr, "metrics": {"test_error": e}}
+            for lr, e in ((0.01, 0.4), (0.03, 0.2), (0.03, 0.3), (0.1, 0.8))]
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs}))
+    assert H.tuned_learning_rate("mnist", results_dir=tmp_path, study="dp-learning-rate") == 0.03
+    with pytest.raises(ValueError, match="huang-jdp/dp-learning-rate"):
+        H.tuned_learning_rate("mnist", results_dir=tmp_path / "missing", study="dp-learning-rate")
