@@ -455,7 +455,8 @@ def _table1(dataset: str) -> Study:
                   "learning_rates": lambda: (tuned_learning_rate(dataset),)},
         config={"paper": PAPER, "delta": DELTA, "clip": CLIP, "batch": BATCH,
                 "learning_rate": "huang-jdp/tuning-" + dataset},
-        quick=QUICK, variants={"epochs": EPOCHS_VARIANT, **({"dp-tuned": DP_TUNED_VARIANT} if dataset == "mnist" else {})})
+        quick=QUICK,
+        variants={"epochs": EPOCHS_VARIANT, **({"dp-tuned": DP_TUNED_VARIANT} if dataset == "mnist" else {})})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -531,7 +532,8 @@ CHANCE = 1 / CLASSES_PER_OWNER  # an owner's test records cover its own classes 
 
 
 def _at_chance(cells) -> str:
-    """``"; both regimes at chance in k of them"`` for ``cells`` of ``(difference, at chance)``, or ``""``."""
+    """``"; both regimes at chance (below X) in k of them"`` for ``cells`` of ``(difference, at chance)``, or
+    ``""`` when none is."""
     k = sum(at for _, at in cells)
     return f"; both regimes at chance (below {CHANCE + 0.05:.3f}) in {k} of them" if k else ""
 
