@@ -120,7 +120,15 @@ class Report:
 
 
 def cpu_model() -> str:
-    """The processor as ``platform`` knows it (its name where the OS reports one, else the architecture)."""
+    """The processor's name: ``/proc/cpuinfo``'s first ``model name`` (Linux), else ``platform``'s name for
+    it, else the architecture. Benchmarks compare within one JSON; this says which machine made it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
     return platform.processor() or platform.machine()
 
 
