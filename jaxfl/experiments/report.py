@@ -120,15 +120,15 @@ class Report:
 
 
 def cpu_model() -> str:
-    """The processor's name: ``/proc/cpuinfo``'s first ``model name`` (Linux), else ``platform``'s name for
-    it, else the architecture. Benchmarks compare within one JSON; this says which machine made it."""
+    """The processor's name: ``lscpu``'s ``Model name`` (Linux), else ``platform``'s name for it, else the
+    architecture. Benchmarks compare within one JSON; this says which machine made it."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
