@@ -291,11 +291,15 @@ def _chosen(errors: dict) -> float:
 def tuned_learning_rate(dataset: str, results_dir=None, study: str | None = None) -> float:
     """The learning rate a tuning study chose: the lowest mean validation error over its runs (read from
     its committed ``results.json``). ``study`` (default ``tuning-DATASET``: the no-DP regime over its
-    panels) may name ``dp-learning-rate`` (MNIST: the full-DP and joint-DP regimes at eps 1, n = 4 and 16)."""
+    panels) may name ``dp-learning-rate`` (the full-DP and joint-DP regimes at eps 1, n = 4 and 16; MNIST, or
+    its variant named by ``dataset``)."""
     name = study or f"tuning-{dataset}"
-    path = Path(results_dir or REPO / "results" / "huang-jdp" / name) / "results.json"
+    variant = dataset if study == "dp-learning-rate" and dataset != "mnist" else None
+    default = REPO / "results" / "huang-jdp" / name / (variant or "")
+    path = Path(results_dir or default) / "results.json"
     if not path.exists():
-        raise ValueError(f"no tuning results at {path}: run `jaxfl reproduce huang-jdp/{name}` first")
+        command = f"jaxfl reproduce huang-jdp/{name}" + (f" --variant {variant}" if variant else "")
+        raise ValueError(f"no tuning results at {path}: run `{command}` first")
     return _chosen(_validation_errors(json.loads(path.read_text())["runs"]))
 
 
@@ -387,12 +391,20 @@ SETTINGS = {"records": 10_000, "test_records": 5_000, "batch": BATCH, "table3": 
             "local_unit": "iterations", "validation": 0.0, "epsilons": (1.0,), "private_learning_rates": None}
 EPOCHS_VARIANT = {"settings": {"local_unit": "epochs"},
                   "config": {"note": "Table 3's E read as local epochs (its header) instead of iterations"}}
-DP_TUNED_VARIANT = {
-    "settings": {"private_learning_rates": lambda: (tuned_learning_rate("mnist", study="dp-learning-rate"),)},
-    "config": {"learning_rate_private": "huang-jdp/dp-learning-rate",
-               "note": "the DP regimes at the learning rate chosen on their own validation accuracy "
-                       "(huang-jdp/dp-learning-rate; that choice is not itself private), the others at the no-DP "
-                       "tuning's"}}
+
+
+def _dp_tuned_variant(dataset: str) -> dict:
+    """The ``dp-tuned`` variant: the DP regimes at the rate ``huang-jdp/dp-learning-rate`` chose on
+    ``dataset``; the other regimes keep the no-DP tuning's."""
+    source = "huang-jdp/dp-learning-rate" + ("" if dataset == "mnist" else f" --variant {dataset}")
+    return {"settings": {"private_learning_rates":
+                         lambda: (tuned_learning_rate(dataset, study="dp-learning-rate"),)},
+            "config": {"learning_rate_private": source,
+                       "note": f"the DP regimes at the learning rate chosen on their own validation accuracy "
+                               f"({source}; that choice is not itself private), the others at the no-DP "
+                               f"tuning's"}}
+
+
 QUICK = {"trials": 1, "reps": 1, "panels": (Panel("n = 4", (("owners", 4),)), Panel("n = 16", (("owners", 16),))),
          "settings": {"records": 1_000, "test_records": 500, "table3": {4: (1, 2), 16: (1, 2)},
                       "learning_rates": (0.05,)},
@@ -456,7 +468,7 @@ def _table1(dataset: str) -> Study:
         config={"paper": PAPER, "delta": DELTA, "clip": CLIP, "batch": BATCH,
                 "learning_rate": "huang-jdp/tuning-" + dataset},
         quick=QUICK,
-        variants={"epochs": EPOCHS_VARIANT, **({"dp-tuned": DP_TUNED_VARIANT} if dataset == "mnist" else {})})
+        variants={"epochs": EPOCHS_VARIANT, "dp-tuned": _dp_tuned_variant(dataset)})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -573,7 +585,7 @@ def _figure1_notes(doc: dict) -> str:
 
 
 def _variant_study(name, description, *, regimes, panels, notes, settings=None, figure=None, config=None,
-                   quick_panels=QUICK["panels"]):
+                   quick_panels=QUICK["panels"], variants=None):
     base = _table1("mnist")
     columns = tuple(Column(f"{r.label} (%)", r.label, "mean_std") for r in regimes if r.private)
     report = Report(table=Table(columns=columns, metric="test_accuracy", metric_name="test accuracy",
@@ -583,7 +595,7 @@ def _variant_study(name, description, *, regimes, panels, notes, settings=None, 
     return dataclasses.replace(
         base, name=name, description=description, families=_families(regimes), panels=panels, report=report,
         settings={**base.settings, **(settings or {})}, config={**base.config, **(config or {})},
-        quick={**QUICK, "panels": quick_panels}, variants={})
+        quick={**QUICK, "panels": quick_panels}, variants=variants or {})
 
 
 TABLE_2 = register(_variant_study(
@@ -603,7 +615,8 @@ TABLE_4 = register(_variant_study(
     quick_panels=tuple(Panel(f"n = 4, m/r = {k}", (("owners", 4), ("records_per_user", k))) for k in (1, 2)),
     config={"user_level": "record-level DP-SGD calibrated to (eps / k, delta / (k e^eps)) (the paper's group "
                           "privacy, jaxfl.accounting.group.record_level_target(bound='paper')); per-silo and no-DP "
-                          "do not depend on m/r: Table 1's rows"}))
+                          "do not depend on m/r: Table 1's rows"},
+    variants={"dp-tuned": _dp_tuned_variant("mnist")}))
 
 FIGURE_1 = register(_variant_study(
     "huang-jdp/figure1", "seed 001 Figure 1 (MNIST): full DP vs joint DP over eps in {1, 2, 5, 10, 100}, per n, "
@@ -612,7 +625,8 @@ FIGURE_1 = register(_variant_study(
     notes=_figure1_notes, settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
     figure=Figure(curves=(Curve(FULL, {"color": "C0", "marker": "o"}), Curve(JOINT, {"color": "C1", "marker": "s"}),
                           Curve(PER_SILO, {"color": "gray", "linestyle": "--"}, line=True)),
-                  title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy")))
+                  title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy"),
+    variants={"dp-tuned": _dp_tuned_variant("mnist")}))
 
 # ------------------------------------------------------------------------------------------------
 # The noise the paper's setting implies (computed, no training)
@@ -692,6 +706,7 @@ def _dp_rate_family(regime: Regime) -> Family:
 
 
 def _dp_rate_notes(doc: dict) -> str:
+    dataset = doc["config"]["settings"]["dataset"]
     panels = list(dict.fromkeys(r["panel"] for r in doc["runs"]))
     rates = sorted({float(r["learning_rate"]) for r in doc["runs"]})
     header = ("learning rate", *(f"{label}, {panel}" for panel in panels for label in (FULL, JOINT)))
@@ -705,11 +720,12 @@ def _dp_rate_notes(doc: dict) -> str:
                 if values and np.mean(values) > best.get((panel, label), (None, -1.0))[1]:
                     best[(panel, label)] = (lr, float(np.mean(values)))
         rows.append((f"{lr:g}", *cells))
-    lines = _records_table("Validation accuracy of the DP regimes at eps 1 per learning rate (chance: 0.125):",
+    lines = _records_table(f"Validation accuracy of the DP regimes at eps 1 per learning rate ({dataset}; chance: "
+                           f"{CHANCE}):",
                            header, rows)
     lines += ["", "Best rate per regime and panel: " + "; ".join(
         f"{label}, {panel}: {lr:g} ({acc:.4f})" for (panel, label), (lr, acc) in best.items())
-        + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate('mnist'):g}."]
+        + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate(dataset):g}."]
     return "\n".join(lines)
 
 
@@ -719,8 +735,9 @@ def _dp_learning_rate() -> Study:
     labels = tuple(_dp_rate_label(f.label, lr) for f in families for lr in DP_RATES)
     return dataclasses.replace(
         base, name="huang-jdp/dp-learning-rate",
-        description="seed 001 (MNIST, n = 4 and 16): validation accuracy of the full-DP and joint-DP regimes at "
-                    "eps 1 over learning rates; a diagnostic of Table 1's DP rows, not its tuning procedure",
+        description="seed 001 (MNIST, n = 4 and 16; variant fashion-mnist): validation accuracy of the full-DP and "
+                    "joint-DP regimes at eps 1 over learning rates; a diagnostic of Table 1's DP rows, not its tuning "
+                    "procedure",
         families=families, panels=_panels((4, 16)),
         report=Report(table=Table(columns=tuple(Column(label, label, "mean_std") for label in labels),
                                   metric="test_accuracy", metric_name="validation accuracy", digits=4),
@@ -730,7 +747,9 @@ def _dp_learning_rate() -> Study:
         config={"paper": PAPER, "clip": CLIP, "delta": DELTA, "batch": BATCH,
                 "procedure": "validation split of the training owners (20 %), as the tuning study; tuning on a "
                              "private regime's validation error is not itself private (not accounted)"},
-        quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.01, 0.1)}})
+        quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.01, 0.1)}},
+        variants={"fashion-mnist": {"settings": {"dataset": "fashion-mnist"},
+                                    "config": {"note": "Fashion-MNIST instead of MNIST"}}})
 
 
 DP_LEARNING_RATE = register(_dp_learning_rate())
