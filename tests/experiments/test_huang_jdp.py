@@ -218,3 +218,44 @@ def test_dp_regimes_take_the_private_learning_rates_when_the_study_sets_them(tmp
     assert H.tuned_learning_rate("mnist", results_dir=tmp_path, study="dp-learning-rate") == 0.03
     with pytest.raises(ValueError, match="huang-jdp/dp-learning-rate"):
         H.tuned_learning_rate("mnist", results_dir=tmp_path / "missing", study="dp-learning-rate")
+
+
+def test_dp_tuned_variants_read_the_rate_chosen_on_their_own_dataset(tmp_path, monkeypatch):
+    """Table 1 (both datasets), Figure 1 and Table 4 have a dp-tuned variant: the DP regimes at the rate with the
+    lowest mean validation error in dp-learning-rate (MNIST) or its fashion-mnist variant, the others at the
+    no-DP tuning's; a missing result names the command that makes it."""
+    import json
+
+    monkeypatch.setattr(H, "REPO", tmp_path)
+    chosen = {"mnist": 0.03, "fashion-mnist": 0.01}
+    for dataset, rate in chosen.items():
+        where = tmp_path / "results" / "huang-jdp" / "dp-learning-rate" / ("" if dataset == "mnist" else dataset)
+        with pytest.raises(ValueError, match="reproduce huang-jdp/dp-learning-rate"
+                                             + ("" if dataset == "mnist" else " --variant fashion-mnist")):
+            H.tuned_learning_rate(dataset, study="dp-learning-rate")
+        where.mkdir(parents=True, exist_ok=True)
+        runs = [{"learning_rate": lr, "metrics": {"test_error": 0.2 if lr == rate else 0.5}} for lr in H.DP_RATES]
+        (where / "results.json").write_text(json.dumps({"runs": runs}))
+    for study, dataset in ((H.TABLE_1["mnist"], "mnist"), (H.TABLE_1["fashion-mnist"], "fashion-mnist"),
+                           (H.FIGURE_1, "mnist"), (H.TABLE_4, "mnist")):
+        form = study.form_of(variant="dp-tuned")
+        assert H._rate_stages(form, private=True) == ((chosen[dataset],),), study.name
+        assert form["private_learning_rates"] is not None and study["private_learning_rates"] is None
+
+
+def test_dp_rate_notes_name_the_dataset_and_the_best_rate_per_regime(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(H, "REPO", tmp_path)
+    tuning = tmp_path / "results" / "huang-jdp" / "tuning-fashion-mnist"
+    tuning.mkdir(parents=True)
+    (tuning / "results.json").write_text(json.dumps({"runs": [
+        {"learning_rate": lr, "metrics": {"test_error": e}} for lr, e in ((0.1, 0.3), (0.3, 0.2))]}))
+    acc = {(H.FULL, 0.01): 0.5, (H.FULL, 0.1): 0.7, (H.JOINT, 0.01): 0.6, (H.JOINT, 0.1): 0.4}
+    runs = [{"panel": "n = 4", "algorithm": H._dp_rate_label(label, lr), "epsilon": 1.0,
+             "learning_rate": lr, "metrics": {"test_accuracy": a}} for (label, lr), a in acc.items()]
+    text = H._dp_rate_notes({"runs": runs, "config": {"settings": {"dataset": "fashion-mnist"}}})
+    assert "per learning rate (fashion-mnist; chance: 0.125)" in text
+    assert "| 0.01 | 0.5000 | 0.6000 |" in text and "| 0.1 | 0.7000 | 0.4000 |" in text
+    assert f"{H.FULL}, n = 4: 0.1 (0.7000); {H.JOINT}, n = 4: 0.01 (0.6000)." in text
+    assert "no-DP validation error) chose 0.3." in text
