@@ -397,7 +397,8 @@ def _dp_tuned_variant(dataset: str) -> dict:
     """The ``dp-tuned`` variant: the DP regimes at the rate ``huang-jdp/dp-learning-rate`` chose on
     ``dataset``; the other regimes keep the no-DP tuning's."""
     source = "huang-jdp/dp-learning-rate" + ("" if dataset == "mnist" else f" --variant {dataset}")
-    return {"settings": {"private_learning_rates":
+    return {"reuses_base_parts": True,  # per-silo and no-DP run as in the base form
+            "settings": {"private_learning_rates":
                          lambda: (tuned_learning_rate(dataset, study="dp-learning-rate"),)},
             "config": {"learning_rate_private": source,
                        "note": f"the DP regimes at the learning rate chosen on their own validation accuracy "

@@ -180,6 +180,11 @@ class Study:
       silo_models: sweeps: ``evaluate`` receives every silo's own model (leaves ``[num_silos, ...]``; see
         :func:`jaxfl.engine.sweep.sweep`), for personalised algorithms evaluated per silo.
       evaluate_on: sweeps: ``state -> params``, the model ``evaluate`` receives (default ``state.params``).
+      reuses_base_parts: set by a variant that changes some programs and nothing the others or the data
+        depend on (e.g. only the DP regimes' learning rate): a program it runs unchanged (same family,
+        static settings, grid, rounds and seeds) is taken from the base form's stored part, under the output
+        directory's parent (the CLI's ``results/NAME`` for a variant's ``results/NAME/VARIANT``), when one
+        is there, and copied into this form's parts.
       form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
       only_panels: set by :meth:`form_of`: the labels of the panels to run (None: all). A partial run keeps
         every panel's index, so its stored parts are the full run's and a later full run reuses them.
@@ -209,6 +214,7 @@ class Study:
     silo_models: bool = False
     evaluate_on: Callable | None = None
     data_per_panel: bool = False
+    reuses_base_parts: bool = False
     form: str = "full"
     only_panels: tuple | None = None
 
@@ -418,27 +424,47 @@ def _source_label(source: Mapping | None) -> str:
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,
-                  part: Path | None) -> tuple[SweepResult, float, bool, str]:
-    """:func:`_sweep`, its seconds, whether it was reused and the code that ran it (:func:`_source_label`):
-    kept in ``part`` (a pickle of host arrays) and reused from it when the same form, program and seeds were
-    run before, so a long study stopped mid-way resumes at its next part. A part is keyed by its settings,
-    not by the code, so results.json lists the sources of its parts. ``part=None``: always run."""
+                  part: Path | None, base: tuple[Study, Path] | None = None) -> tuple[SweepResult, float, str, str]:
+    """:func:`_sweep`, its seconds, where it came from (``""``: run now; ``"stored"``: ``part``; ``"base"``:
+    the base form's part) and the code that ran it (:func:`_source_label`). Kept in ``part`` (a pickle of host
+    arrays) and reused from it when the same form, program and seeds were run before, so a long study stopped
+    mid-way resumes at its next part. ``base``: the base form and its part of the same name
+    (:attr:`Study.reuses_base_parts`), reused when it holds the same program and seeds, and copied into
+    ``part``. A part is keyed by its settings, not by the code, so results.json lists the sources of its
+    parts. ``part=None``: always run."""
     fingerprint = _fingerprint(study, family, program, seeds) if part is not None else None
-    if part is not None and part.exists():
-        stored = pickle.loads(part.read_bytes())
-        result = SweepResult(*stored["result"])
-        if stored["fingerprint"] == fingerprint and (result.params is not None or study.final is None):
-            return _without_unused_params(study, result), stored["seconds"], True, _source_label(stored.get("source"))
+    stored, origin = (_stored_part(study, part, fingerprint), "stored") if part is not None else (None, "")
+    if stored is None and base is not None and part is not None:
+        stored = _stored_part(base[0], base[1], _fingerprint(base[0], family, program, seeds))
+        origin = "base"
+        if stored is not None:
+            _write_part(part, {**stored, "fingerprint": fingerprint, "reused_from": base[0].form})
+    if stored is not None:
+        return (_without_unused_params(study, SweepResult(*stored["result"])), stored["seconds"], origin,
+                _source_label(stored.get("source")))
     start = time.perf_counter()
     out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds)))
     seconds = time.perf_counter() - start
     if part is not None:
-        part.parent.mkdir(parents=True, exist_ok=True)
-        partial = part.with_suffix(".tmp")
-        partial.write_bytes(pickle.dumps({"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds,
-                                          "source": source_revision()}))
-        partial.replace(part)  # atomic: a part is either whole or absent
-    return out, seconds, False, _source_label(source_revision())
+        _write_part(part, {"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds,
+                           "source": source_revision()})
+    return out, seconds, "", _source_label(source_revision())
+
+
+def _stored_part(study: Study, part: Path, fingerprint: str) -> dict | None:
+    """The part stored at ``part`` when it was run with ``fingerprint`` (and holds what ``study`` uses)."""
+    if not part.exists():
+        return None
+    stored = pickle.loads(part.read_bytes())
+    usable = SweepResult(*stored["result"]).params is not None or study.final is None
+    return stored if stored["fingerprint"] == fingerprint and usable else None
+
+
+def _write_part(part: Path, stored: dict) -> None:
+    part.parent.mkdir(parents=True, exist_ok=True)
+    partial = part.with_suffix(".tmp")
+    partial.write_bytes(pickle.dumps(stored))
+    partial.replace(part)  # atomic: a part is either whole or absent
 
 
 def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
@@ -560,13 +586,16 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                         continue
                     name = f"trial{t}-panel{p}-{family.name}-{j}.pkl"
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
-                    out, seconds, reused, source = _stored_sweep(study, family, program, trial, seeds, part)
+                    base = None if part is None or not study.reuses_base_parts else (
+                        dataclasses.replace(study, form=study.form.split("+")[0]), part.parents[2] / "parts" / name)
+                    out, seconds, origin, source = _stored_sweep(study, family, program, trial, seeds, part, base)
                     sources.add(source)
-                    parts_seconds, parts_reused = parts_seconds + seconds, parts_reused + reused
+                    parts_seconds, parts_reused = parts_seconds + seconds, parts_reused + bool(origin)
                     shown = {k: v for k, v in program.static if not callable(v)}
                     log(f"   {panel.label} {family.name} {shown}: "
                         f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s"
-                        + (" (stored part, reused)" if reused else ""))
+                        + {"": "", "stored": " (stored part, reused)",
+                           "base": f" (the {base and base[0].form} form's stored part, reused)"}[origin])
                     for j_row, row in enumerate(_select(study, family, panel, t, trial, program, out, seconds)):
                         # one row per epsilon and family, the best over programs; score None: every configuration
                         key = (family.name, row["epsilon"]) + ((j, j_row) if study.select.score is None else ())

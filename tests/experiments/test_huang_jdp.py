@@ -259,3 +259,51 @@ def test_dp_rate_notes_name_the_dataset_and_the_best_rate_per_regime(tmp_path, m
     assert "| 0.01 | 0.5000 | 0.6000 |" in text and "| 0.1 | 0.7000 | 0.4000 |" in text
     assert f"{H.FULL}, n = 4: 0.1 (0.7000); {H.JOINT}, n = 4: 0.01 (0.6000)." in text
     assert "no-DP validation error) chose 0.3." in text
+
+
+@pytest.mark.slow
+def test_dp_tuned_reuses_the_base_forms_parts_for_the_regimes_it_leaves_unchanged(quick_results, monkeypatch,
+                                                                                    tmp_path):
+    """table1-mnist --quick --variant dp-tuned beside the base quick form: per-silo and no-DP (same programs) come
+    from the base form's stored parts, copied into the variant's; the three DP regimes run at their own rate;
+    the copied rows equal the base form's; a re-run of the variant runs nothing."""
+    import json
+    import pickle
+    import shutil
+
+    from jaxfl.cli import main
+    from jaxfl.experiments import study as study_lib
+
+    directory, base_doc = quick_results["huang-jdp/table1-mnist"]
+    base = tmp_path / "table1-mnist"
+    shutil.copytree(directory / "parts", base / "parts")
+    monkeypatch.setattr(H, "REPO", tmp_path)
+    rates = tmp_path / "results" / "huang-jdp" / "dp-learning-rate"
+    rates.mkdir(parents=True)
+    (rates / "results.json").write_text(json.dumps({"runs": [{"learning_rate": 0.02, "metrics": {"test_error": 0.5}}]}))
+    ran = []
+    real = study_lib._sweep
+    monkeypatch.setattr(study_lib, "_sweep", lambda study, family, *a: ran.append(family.name) or real(study, family, *a))
+    variant = base / "dp-tuned"
+    assert main(["reproduce", "huang-jdp/table1-mnist", "--quick", "--variant", "dp-tuned", "--out", str(variant)]) == 0
+    private = {"full_dp", "joint_dp", "joint_dp_stated"}
+    assert sorted(ran) == sorted(list(private) * 2)  # two panels
+    doc = json.loads((variant / "results.json").read_text())
+    assert doc["config"]["parts_reused"] == 4
+    key = lambda r: (r["panel"], r["algorithm"])
+    strip = lambda r: {k: v for k, v in r.items() if "seconds" not in k}
+    base_rows = {key(r): strip(r) for r in base_doc["runs"]}
+    for r in doc["runs"]:
+        if r["family"] in private:
+            assert r["learning_rate"] == 0.02
+        else:
+            assert r["learning_rate"] == 0.05 and strip(r) == base_rows[key(r)]
+    for name in (p.name for p in (base / "parts").iterdir() if "per_silo" in p.name or "no_dp" in p.name):
+        copied = pickle.loads((variant / "parts" / name).read_bytes())
+        assert copied["reused_from"] == "quick"
+        stored = pickle.loads((base / "parts" / name).read_bytes())
+        assert pickle.dumps(copied["result"]) == pickle.dumps(stored["result"])
+        assert (copied["seconds"], copied["source"]) == (stored["seconds"], stored["source"])
+    ran.clear()
+    assert main(["reproduce", "huang-jdp/table1-mnist", "--quick", "--variant", "dp-tuned", "--out", str(variant)]) == 0
+    assert ran == [] and json.loads((variant / "results.json").read_text())["config"]["parts_reused"] == 10
