@@ -161,6 +161,42 @@ def load_libsvm(name: str, split: str = "train", *, labels: str = "01", data_dir
     return x, (positive.astype(np.int32) if labels == "01" else np.where(positive, 1, -1).astype(np.int32))
 
 
+COVTYPE_ROWS, COVTYPE_FEATURES = 581_012, 54
+
+
+def load_covtype_binary(*, scale: bool = True, labels: str = "01", data_dir: PathLike = None,
+                        download: bool = False):
+    """LIBSVM's covtype.binary, derived from the UCI Covertype file: ``x: float32[581012, 54]``, ``y``.
+
+    LIBSVM's binary form is class 2 (Lodgepole Pine, 283,301 rows; its label 2) against the six other
+    classes (297,711 rows; its label 1), rows in the UCI order; ``scale=True`` gives its ``.scale`` form,
+    every feature min-max scaled to [0, 1] over all rows (``svm-scale -l 0 -u 1``), ``scale=False`` the raw
+    integers (elevation in metres, ...). There is no official test split.
+
+    Args:
+      labels: ``"01"`` (default): class 2 -> 1, the others -> 0 (``int32``); ``"pm1"``: +1 / -1;
+        ``"raw"``: LIBSVM's 2 / 1 as ``float32``.
+      data_dir, download: where to look, and whether to fetch the UCI file (``jaxfl.data.download("covtype")``)
+        when it is nowhere; it is not in ``shared/data``.
+    """
+    from jaxfl.data.preprocess import minmax_scale
+
+    if labels not in ("01", "pm1", "raw"):
+        raise ValueError(f"unknown labels={labels!r} (use '01', 'pm1' or 'raw')")
+    path = locate("covtype", "all", data_dir, download=download)
+    with gzip.open(path, "rb") as f:
+        table = np.loadtxt(f, delimiter=",", dtype=np.int32, ndmin=2)
+    if table.shape[1] != COVTYPE_FEATURES + 1:
+        raise ValueError(f"{path}: expected {COVTYPE_FEATURES + 1} columns, found {table.shape[1]}")
+    x = table[:, :COVTYPE_FEATURES].astype(np.float32)
+    if scale:
+        x = minmax_scale(x)[0].astype(np.float32)
+    positive = table[:, -1] == 2
+    if labels == "raw":
+        return x, np.where(positive, 2.0, 1.0).astype(np.float32)
+    return x, (positive.astype(np.int32) if labels == "01" else np.where(positive, 1, -1).astype(np.int32))
+
+
 # ----------------------------------------------------------------------------------------------
 # CSV datasets (insurance, obesity)
 
@@ -299,12 +335,13 @@ _DATASETS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "cifar10": (lambda split, **kw: load_cifar10(split, **kw), ("train", "test")),
     "cifar10-subset": (lambda split, **kw: load_cifar10_subset(split, **kw), ("train", "test")),
     **{n: ((lambda split, _n=n, **kw: load_libsvm(_n, split, **kw)), s) for n, s in _LIBSVM_SPLITS.items()},
+    "covtype-binary": (lambda split, **kw: load_covtype_binary(**kw), _UNSPLIT),
     "insurance": (lambda split, **kw: load_insurance(**kw), _UNSPLIT),
     "obesity": (lambda split, **kw: load_obesity(**kw), _UNSPLIT),
     "breast-cancer": (lambda split, **kw: load_breast_cancer(**kw), _UNSPLIT),
     "digits": (lambda split, **kw: load_digits(**kw), _UNSPLIT),
 }
-_ALIASES = {"wbcd": "breast-cancer", "fmnist": "fashion-mnist"}
+_ALIASES = {"wbcd": "breast-cancer", "fmnist": "fashion-mnist", "covtype.binary": "covtype-binary"}
 
 DATASETS = tuple(_DATASETS)
 
@@ -316,8 +353,8 @@ def load(name: str, split: str | None = None, **kw):
       name: one of :data:`DATASETS` (``_`` and ``-`` are interchangeable; ``wbcd`` means
         ``breast-cancer``).
       split: ``"train"`` or ``"test"`` for datasets with an official split; ``"all"`` for those
-        without one (insurance, obesity, breast-cancer, digits). Default: ``"train"`` where it
-        exists, else ``"all"``.
+        without one (covtype-binary, insurance, obesity, breast-cancer, digits). Default: ``"train"``
+        where it exists, else ``"all"``.
       **kw: passed to the loader (``data_dir``, ``download``, ``labels``, ``encoding``).
 
     Raises:

@@ -167,6 +167,15 @@ REGISTRY: dict[str, tuple[FileSpec, ...]] = {
                  (Source(_LIBSVM_URL + "phishing", "crlf-gzip"),),
                  content_sha256="0cf66ef36604c393da9359b2e5d894a2df8aee31fd184633cefa138add2ef08a"),
     ),
+    # UCI Covertype (581,012 rows: 54 integer features and the class 1-7, comma-separated), the source of
+    # LIBSVM's covtype.binary (jaxfl.data.load_covtype_binary derives it). sha256 as pinned by
+    # scikit-learn's fetch_covtype (sklearn/datasets/_covtype.py), whose figshare mirror is the second source.
+    # Not in shared/data: fetched where a network exists.
+    "covtype": (
+        FileSpec("all", "covtype/covtype.data.gz", "614360d0257557dd1792834a85a1cdebfadc3c4f30b011d56afee7ffb5b15771",
+                 (Source("https://archive.ics.uci.edu/ml/machine-learning-databases/covtype/covtype.data.gz"),
+                  Source("https://ndownloader.figshare.com/files/5976039"))),
+    ),
     # ijcnn1 as redistributed (unchanged) by tick-datasets: trn = LIBSVM ijcnn1.tr + ijcnn1.val,
     # tst = LIBSVM ijcnn1.t. The LIBSVM page (_LIBSVM_URL) is the reference; its bz2 files are
     # different bytes, so the byte-identical tick-datasets copy is the download source.

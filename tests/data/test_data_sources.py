@@ -187,3 +187,48 @@ def test_bz2_content_digest_recorded(shared):
     path = shared("libsvm/ijcnn1.trn.bz2")
     spec = file_spec("ijcnn1", "train")
     assert hashlib.sha256(bz2.decompress(path.read_bytes())).hexdigest() == spec.content_sha256
+
+
+def test_covtype_binary_is_derived_from_the_uci_file(http_dir, tmp_path, monkeypatch):
+    """A UCI-format file (54 integer features, class 1-7) served at the registry's file name: download verifies
+    it, and the loader gives LIBSVM's covtype.binary: class 2 against the rest, features scaled to [0, 1]
+    over all rows (or raw), labels 0/1, -1/+1 or LIBSVM's 2/1."""
+    from jaxfl.data import load, load_covtype_binary
+
+    served, url = http_dir
+    rng = np.random.default_rng(0)
+    classes = np.array([5, 2, 1, 2, 7, 3, 2, 4, 6, 1])
+    features = np.column_stack([rng.integers(1800, 3900, 10), rng.integers(0, 360, 10),
+                                rng.integers(0, 2, (10, 52))])
+    features[0, 2:] = 0   # a column that is 0 in one row only still spans [0, 1]
+    text = "".join(",".join(map(str, row)) + "\n" for row in np.column_stack([features, classes]))
+    payload = gzip.compress(text.encode(), mtime=0)
+    (served / "covtype.data.gz").write_bytes(payload)
+    assert REGISTRY["covtype"][0].sources[0].url.endswith("/covtype.data.gz")   # the name a mirror serves
+    spec = REGISTRY["covtype"][0]._replace(sha256=hashlib.sha256(payload).hexdigest())
+    monkeypatch.setitem(REGISTRY, "covtype", (spec,))
+    cache = tmp_path / "cache"
+    with pytest.raises(FileNotFoundError, match="jaxfl.data.download\\('covtype'\\)"):
+        load_covtype_binary(data_dir=cache)
+    (path,) = download("covtype", cache, base_url=url)
+    assert path == cache / "covtype" / "covtype.data.gz"
+
+    x, y = load_covtype_binary(data_dir=cache)
+    assert x.shape == (10, 54) and x.dtype == np.float32 and y.dtype == np.int32
+    assert y.tolist() == (classes == 2).astype(int).tolist()
+    lo, hi = features.min(axis=0), features.max(axis=0)
+    expected = np.where(hi > lo, (features - lo) / np.where(hi > lo, hi - lo, 1), 0.0)
+    np.testing.assert_allclose(x, expected, rtol=1e-6)
+    raw, libsvm = load_covtype_binary(data_dir=cache, scale=False, labels="raw")
+    np.testing.assert_array_equal(raw, features.astype(np.float32))
+    assert libsvm.tolist() == [2.0 if c == 2 else 1.0 for c in classes]
+    assert load("covtype.binary", data_dir=cache, labels="pm1")[1].tolist() == [1 if c == 2 else -1 for c in classes]
+    with pytest.raises(ValueError, match="unknown labels='yes'"):
+        load_covtype_binary(data_dir=cache, labels="yes")
+
+    short = gzip.compress(b"1,2,3\n4,5,6\n", mtime=0)
+    (served / "covtype.data.gz").write_bytes(short)
+    monkeypatch.setitem(REGISTRY, "covtype", (spec._replace(sha256=hashlib.sha256(short).hexdigest()),))
+    download("covtype", tmp_path / "short", base_url=url)
+    with pytest.raises(ValueError, match="expected 55 columns, found 3"):
+        load_covtype_binary(data_dir=tmp_path / "short")

@@ -29,6 +29,46 @@ def test_table3_quick_form_reports_every_sample_size(quick_results):
     assert "Table 3 layout" in (out / "summary.md").read_text()
 
 
+def test_table3_covtype_without_a_copy_or_a_network_is_one_clear_error(monkeypatch, tmp_path, capsys):
+    """covtype.binary is fetched on first use; where that fails the CLI says what is missing, exit 2."""
+    def unreachable(**kw):
+        assert kw["download"] and kw["scale"]
+        raise OSError("could not download covtype/covtype.data.gz (dataset 'covtype'): no route to host")
+
+    monkeypatch.setattr(V.loaders, "load_covtype_binary", unreachable)
+    V._dataset.cache_clear()
+    assert main(["reproduce", "vandijk-async/table3-covtype", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "covtype.binary is not bundled" in err and "no route to host" in err
+    assert "jaxfl.data.download('covtype')" in err and not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_covtype_quick_forms_on_a_stand_in_report_beside_the_paper(monkeypatch, tmp_path):
+    """The studies' wiring on a stand-in of covtype's shape (54 features in [0, 1], labels 0/1): Table 3's quick
+    form (its panel and sizes, a 10 % hold-out, the paper's covtype cells beside ours) and Fig. 5's."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(3_000, 54)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 1.0).astype(np.int32)
+    monkeypatch.setattr(V.loaders, "load_covtype_binary", lambda **kw: (x, y))
+    V._dataset.cache_clear()
+    try:
+        assert main(["reproduce", "vandijk-async/table3-covtype", "--quick", "--out", str(tmp_path)]) == 0
+        assert main(["reproduce", "vandijk-async/sampling-covtype", "--quick", "--out", str(tmp_path / "fig5")]) == 0
+    finally:
+        V._dataset.cache_clear()   # the stand-in must not outlive this test
+    fig5 = json.loads((tmp_path / "fig5" / "results.json").read_text())
+    assert {r["algorithm"] for r in fig5["runs"]} == {"50 i^0", "50 i^1", "50 i / ln i"}
+    assert "Fig. 5 layout" in (tmp_path / "fig5" / "summary.md").read_text()
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert {(r["problem"], r["sample_size"]) for r in doc["runs"]} == {("covtype-strong", 50), ("covtype-strong", 100)}
+    facts = doc["config"]["per_trial"][0]["panels"]["covtype.binary, strongly convex"]
+    assert facts["test_records"] == 300 and facts["train_records"] == 2_000
+    assert all(0.0 <= r["metrics"]["test_accuracy"] <= 1.0 for r in doc["runs"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| covtype.binary, strongly convex | " in summary and "\\| 0.8429" in summary
+
+
 @pytest.mark.slow
 def test_dp_quick_form_reports_three_epsilons_and_no_guarantee(quick_results):
     _, doc = quick_results["vandijk-async/dp"]
