@@ -126,6 +126,18 @@ def test_diminishing_and_sampling_quick_forms(quick_results):
 
 
 @pytest.mark.slow
+def test_step_sizes_quick_form_runs_every_setting_on_the_increasing_sizes(quick_results):
+    """Fig. 9b: constant 0.01 and 0.005 and the two diminishing forms, all on the same increasing schedule."""
+    out, doc = quick_results["vandijk-async/step-sizes-w8a"]
+    rows = {r["algorithm"]: r for r in doc["runs"]}
+    assert set(rows) == {"constant eta 0.01, s = 100 i", "constant eta 0.005, s = 100 i",
+                         V._increasing_label("iterations"), V._increasing_label("rounds")}
+    assert len({(r["rounds"], r["iterations"]) for r in rows.values()}) == 1   # one schedule for all
+    assert rows["constant eta 0.005, s = 100 i"]["learning_rate"] == 0.005
+    assert "The paper's claim (Fig. 9)" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
 def test_examples_study_beside_the_papers_numbers(quick_results):
     """Every Example's T is the paper's; Examples 1, 3 and 5 also its B_priv and delta (4's printed factor divides
     by 5, not sigma); at the selection's delta the direct moments accountant and the tight epsilon are below the
