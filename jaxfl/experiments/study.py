@@ -594,8 +594,8 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                     shown = {k: v for k, v in program.static if not callable(v)}
                     log(f"   {panel.label} {family.name} {shown}: "
                         f"{len(out.configs)} configs x {len(seeds)} seeds {seconds:6.1f} s"
-                        + {"": "", "stored": " (stored part, reused)",
-                           "base": f" (the {base and base[0].form} form's stored part, reused)"}[origin])
+                        + (" (stored part, reused)" if origin == "stored" else
+                           f" (the {base[0].form} form's stored part, reused)" if origin == "base" else ""))
                     for j_row, row in enumerate(_select(study, family, panel, t, trial, program, out, seconds)):
                         # one row per epsilon and family, the best over programs; score None: every configuration
                         key = (family.name, row["epsilon"]) + ((j, j_row) if study.select.score is None else ())
