@@ -87,3 +87,28 @@ def test_benchmark_records_name_the_code_that_ran_them(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                           text=True, check=True).stdout.strip()
     assert record["ratio"] == 2.0 and record["source"]["commit"] == head and isinstance(record["source"]["modified"], bool)
+
+
+def test_a_tree_copied_out_of_git_records_the_declared_commit_or_none(monkeypatch):
+    """Where git does not answer (a tree shipped to another machine), the source is $JAXFL_SOURCE_COMMIT,
+    marked declared, and None without it; parts name it as such."""
+    import subprocess
+
+    from jaxfl.experiments import report
+    from jaxfl.experiments.study import _source_label
+
+    def no_git(*args, **kwargs):
+        raise OSError("git: not found")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    report.source_revision.cache_clear()
+    try:
+        monkeypatch.delenv(report.SOURCE_ENV, raising=False)
+        assert report.source_revision() is None and _source_label(None) == "unrecorded"
+        report.source_revision.cache_clear()
+        monkeypatch.setenv(report.SOURCE_ENV, "0123456789abcdef0123")
+        source = report.source_revision()
+        assert source == {"commit": "0123456789abcdef0123", "modified": False, "declared": True}
+        assert _source_label(source) == "0123456789ab (declared)"
+    finally:
+        report.source_revision.cache_clear()

@@ -163,14 +163,20 @@ def environment() -> dict:
     import jax
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "cpu": cpu_model(), "cores": os.cpu_count(), "jax_version": jax.__version__,
+            "device_kind": jax.devices()[0].device_kind, "cpu": cpu_model(), "cores": os.cpu_count(), "jax_version": jax.__version__,
             "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
+
+
+SOURCE_ENV = "JAXFL_SOURCE_COMMIT"
+"""Names the commit of a tree copied out of its git checkout (a launcher shipping a clean checkout to another
+machine sets it); read only where no git checkout answers, and recorded as ``declared``."""
 
 
 @functools.lru_cache(maxsize=1)
 def source_revision() -> dict | None:
     """The code that ran: ``{"commit": HEAD's sha, "modified": whether the checkout's ``jaxfl/`` differs from
-    it}`` when jaxfl runs from a git checkout, else None. Read once per process (a study's parts may be
+    it}`` when jaxfl runs from a git checkout; else ``{"commit": $JAXFL_SOURCE_COMMIT, "modified": False,
+    "declared": True}`` when that variable is set; else None. Read once per process (a study's parts may be
     reused by a later process at another commit: results.json lists theirs too)."""
     root = Path(__file__).resolve().parents[2]
     try:
@@ -179,7 +185,8 @@ def source_revision() -> dict | None:
         status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "jaxfl"],
                                 capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
+        declared = os.environ.get(SOURCE_ENV, "").strip()
+        return {"commit": declared, "modified": False, "declared": True} if declared else None
     return {"commit": commit, "modified": bool(status.strip())}
 
 

@@ -416,11 +416,13 @@ def _fingerprint(study: Study, family: Family, program: Program, seeds: list) ->
 
 
 def _source_label(source: Mapping | None) -> str:
-    """``"COMMIT"`` (12 hex digits), ``"COMMIT+modified"`` or ``"unrecorded"`` (no git checkout, or a part
-    stored before parts recorded their source)."""
+    """``"COMMIT"`` (12 hex digits), ``"COMMIT+modified"``, ``"COMMIT (declared)"`` (a copied tree,
+    :data:`jaxfl.experiments.report.SOURCE_ENV`) or ``"unrecorded"`` (no git checkout, or a part stored before
+    parts recorded their source)."""
     if not source:
         return "unrecorded"
-    return source["commit"][:12] + ("+modified" if source["modified"] else "")
+    return source["commit"][:12] + ("+modified" if source["modified"] else "") + (
+        " (declared)" if source.get("declared") else "")
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,

@@ -28,10 +28,11 @@ def repo_root() -> Path:
 
 
 def _experiment(rel: str):
-    """``results/NAME[/VARIANT]`` -> the registered experiment of NAME."""
+    """``results/NAME[/VARIANT][/...]`` (a run kept beside the main one, e.g. on another machine) -> the registered
+    experiment of NAME."""
     parts = Path(rel).parts[1:]
     known = registry.experiments()
-    for cut in (len(parts), len(parts) - 1):
+    for cut in range(len(parts), 0, -1):
         name = "/".join(parts[:cut])
         if name in known:
             return known[name]
@@ -53,8 +54,11 @@ def block(root: Path, rel: str) -> str:
                      f"{config['parts_reused']} of them run in earlier sittings; last sitting's wall time {seconds:,.0f} s")
     prng = env.get("prng_impl", "threefry2x32")
     keys = "" if prng == "threefry2x32" else f", {prng} keys"
+    backend = env.get("backend")
+    if backend != "cpu" and env.get("device_kind"):  # an accelerator: name it
+        backend = f"{backend} ({env['device_kind']})"
     return (f"{text}\n\nFrom `{rel}/results.json` ({report.form_label(config.get('form'))} form; {time_text} on "
-            f"{env.get('cores')} cores, {env.get('backend')}, JAX {env.get('jax_version')}{keys}).\n")
+            f"{env.get('cores')} cores, {backend}, JAX {env.get('jax_version')}{keys}).\n")
 
 
 def generate(docs_text: str, root: Path) -> str:
