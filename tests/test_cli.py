@@ -89,26 +89,30 @@ def test_benchmark_records_name_the_code_that_ran_them(tmp_path):
     assert record["ratio"] == 2.0 and record["source"]["commit"] == head and isinstance(record["source"]["modified"], bool)
 
 
-def test_a_tree_copied_out_of_git_records_the_declared_commit_or_none(monkeypatch):
-    """Where git does not answer (a tree shipped to another machine), the source is $JAXFL_SOURCE_COMMIT,
-    marked declared, and None without it; parts name it as such."""
+def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(monkeypatch):
+    """A launcher that ships a tree to another machine names its commit ($JAXFL_SOURCE_COMMIT): recorded as
+    declared, before git is asked (a copied tree may sit beside a .git not its own); where neither answers, None."""
     import subprocess
 
     from jaxfl.experiments import report
     from jaxfl.experiments.study import _source_label
 
+    asked = []
+
     def no_git(*args, **kwargs):
+        asked.append(args)
         raise OSError("git: not found")
 
     monkeypatch.setattr(subprocess, "run", no_git)
     report.source_revision.cache_clear()
     try:
         monkeypatch.delenv(report.SOURCE_ENV, raising=False)
-        assert report.source_revision() is None and _source_label(None) == "unrecorded"
+        assert report.source_revision() is None and _source_label(None) == "unrecorded" and asked
         report.source_revision.cache_clear()
+        asked.clear()
         monkeypatch.setenv(report.SOURCE_ENV, "0123456789abcdef0123")
         source = report.source_revision()
-        assert source == {"commit": "0123456789abcdef0123", "modified": False, "declared": True}
+        assert source == {"commit": "0123456789abcdef0123", "modified": False, "declared": True} and not asked
         assert _source_label(source) == "0123456789ab (declared)"
     finally:
         report.source_revision.cache_clear()

@@ -366,14 +366,17 @@ def _compute_lines(doc: dict) -> list[str]:
         return []
     largest = max(measured)
     per_evaluation = measured[largest] / (evaluations[largest] * len(REGIMES))
+    rate = f"{per_evaluation * 1e3:.2f} ms" if per_evaluation >= 1e-4 else f"{per_evaluation * 1e6:.2f} µs"
     lines = [f"Compute on this machine: seconds per trial (all {len(REGIMES)} regimes; panels not run: projected at "
-             f"n = {largest}'s {per_evaluation * 1e3:.2f} ms per gradient evaluation):", "",
+             f"n = {largest}'s {rate} per gradient evaluation):", "",
              "| n | gradient evaluations per regime run | seconds per trial | hours for " f"{trials} trials |",
              "|---|---|---|---|"]
     for n, count in evaluations.items():
         seconds = measured.get(n, count * len(REGIMES) * per_evaluation)
         tag = "" if n in measured else " (projected)"
-        lines.append(f"| {n} | {count:,} | {seconds:,.0f}{tag} | {seconds * trials / 3600:.1f}{tag} |")
+        hours = seconds * trials / 3600
+        lines.append(f"| {n} | {count:,} | {seconds:,.0f}{tag} | {hours:.1f}{tag} |" if hours >= 0.1 else
+                     f"| {n} | {count:,} | {seconds:,.1f}{tag} | {hours:.3f}{tag} |")
     return lines
 
 

@@ -169,15 +169,19 @@ def environment() -> dict:
 
 SOURCE_ENV = "JAXFL_SOURCE_COMMIT"
 """Names the commit of a tree copied out of its git checkout (a launcher shipping a clean checkout to another
-machine sets it); read only where no git checkout answers, and recorded as ``declared``."""
+machine sets it); when set it is recorded, as ``declared``, instead of asking git: a copied tree may sit beside
+a ``.git`` that is not its own (a lent GPU machine's copy once read a stale one)."""
 
 
 @functools.lru_cache(maxsize=1)
 def source_revision() -> dict | None:
-    """The code that ran: ``{"commit": HEAD's sha, "modified": whether the checkout's ``jaxfl/`` differs from
-    it}`` when jaxfl runs from a git checkout; else ``{"commit": $JAXFL_SOURCE_COMMIT, "modified": False,
-    "declared": True}`` when that variable is set; else None. Read once per process (a study's parts may be
+    """The code that ran: ``{"commit": $JAXFL_SOURCE_COMMIT, "modified": False, "declared": True}`` when that
+    variable is set; else ``{"commit": HEAD's sha, "modified": whether the checkout's ``jaxfl/`` differs from
+    it}`` when jaxfl runs from a git checkout; else None. Read once per process (a study's parts may be
     reused by a later process at another commit: results.json lists theirs too)."""
+    declared = os.environ.get(SOURCE_ENV, "").strip()
+    if declared:  # the launcher knows the tree it shipped; a .git beside it may be another's
+        return {"commit": declared, "modified": False, "declared": True}
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -185,8 +189,7 @@ def source_revision() -> dict | None:
         status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "jaxfl"],
                                 capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        declared = os.environ.get(SOURCE_ENV, "").strip()
-        return {"commit": declared, "modified": False, "declared": True} if declared else None
+        return None
     return {"commit": commit, "modified": bool(status.strip())}
 
 
