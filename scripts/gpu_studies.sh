@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Seed 001's studies that need n >= 64 owners (36 h per dataset on a 2-core CPU; minutes on one GPU), run on a
+# GPU machine that was sent a copy of this tree, in priority order, until a deadline. Used on a lent H200 for
+# results/huang-jdp/table1-{mnist,fashion-mnist}/gpu.
+#
+#   JAXFL_DATA_DIR=... JAXFL_SOURCE_COMMIT=$(git rev-parse HEAD) OUT=/some/dir BUDGET=540 bash scripts/gpu_studies.sh
+#
+# Needs python3 with jaxfl's dependencies and a CUDA jax (wheels in .whl/ are installed first, if present, for a
+# machine without a network). JAXFL_SOURCE_COMMIT names the shipped commit in results (the copy may sit beside
+# a .git that is not its own). Each study's folder is tarred into $OUT after every invocation. JOBS picks
+# studies (default: all, in the order below); ONESHOT=1 passes all of a study's panels to one invocation,
+# else each invocation adds one panel, so every invocation ends with a results.json over the panels finished
+# (the earlier panels' stored parts are reused).
+set -uo pipefail
+: "${OUT:?set OUT to a folder for the tarred results}" "${JAXFL_DATA_DIR:?set JAXFL_DATA_DIR}"
+BUDGET=${BUDGET:-540}
+deadline=$((SECONDS + BUDGET))
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "${TMPDIR:-/tmp}/jaxfl-site" .whl/*.whl || exit 1
+  export PYTHONPATH="${TMPDIR:-/tmp}/jaxfl-site"
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-${TMPDIR:-/tmp}/jaxfl-jax-cache}
+export PYTHONUNBUFFERED=1
+python3 -c 'import jax; print("jax", jax.__version__, jax.devices())' || exit 1
+
+study() {  # TAG NAME OUT VARIANT PANEL...
+  local tag=$1 name=$2 out=$3 variant=$4; shift 4
+  local args=(reproduce "$name" --out "$out") steps=("$@")
+  [ -n "$variant" ] && args+=(--variant "$variant")
+  [ -n "${ONESHOT:-}" ] && { for p in "$@"; do args+=(--panel "$p"); done; steps=(all); }
+  for p in "${steps[@]}"; do
+    [ "$p" = all ] || args+=(--panel "$p")
+    local left=$((deadline - SECONDS))
+    if [ $left -lt 30 ]; then echo "== $tag: deadline, stopped before $p"; return 1; fi
+    echo "== $tag: up to $p ($left s left)"
+    timeout $left python3 -c 'import sys; from jaxfl.cli import main; sys.exit(main())' "${args[@]}" 2>&1 | tee -a "$OUT/log.txt"
+    tar czf "$OUT/$tag.tgz" "$out"
+  done
+}
+
+big=("n = 64" "n = 128" "n = 256" "n = 512")
+R=results/huang-jdp
+for job in ${JOBS:-t1m t1f t1mt t1ft t2 f1t}; do
+  case $job in
+    t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
+    t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
+    t1mt) study t1mt huang-jdp/table1-mnist $R/table1-mnist/gpu/dp-tuned dp-tuned "${big[@]}" ;;
+    t1ft) study t1ft huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu/dp-tuned dp-tuned "${big[@]}" ;;
+    t2) study t2 huang-jdp/table2 $R/table2/gpu "" "n = 256" ;;
+    f1t) study f1t huang-jdp/figure1 $R/figure1/gpu/dp-tuned dp-tuned "${big[@]}" ;;
+    *) echo "unknown job $job"; exit 2 ;;
+  esac
+done
+echo "== done at $SECONDS s"
