@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Seed 001's studies that need n >= 64 owners (36 h per dataset on a 2-core CPU; minutes on one GPU), run on a
-# GPU machine that was sent a copy of this tree, in priority order, until a deadline. Used on a lent H200 for
-# results/huang-jdp/table1-{mnist,fashion-mnist}/gpu.
+# The studies too large for a 2-core CPU (seed 001 at n >= 64 owners: 36 h per dataset there, minutes on one
+# GPU; seed 002's CIFAR-10 grid; DP-REC's 1,000 rounds), run on a GPU machine that was sent a copy of this tree,
+# in priority order, until a deadline. Used on a lent H200 for results/huang-jdp/table1-{mnist,fashion-mnist}/gpu
+# (jobs t1m, t1f); the default JOBS are what is left.
 #
 #   JAXFL_DATA_DIR=... JAXFL_SOURCE_COMMIT=$(git rev-parse HEAD) OUT=/some/dir BUDGET=540 bash scripts/gpu_studies.sh
 #
@@ -27,7 +28,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
   local tag=$1 name=$2 out=$3 variant=$4; shift 4
   local args=(reproduce "$name" --out "$out") steps=("$@")
   [ -n "$variant" ] && args+=(--variant "$variant")
-  [ -n "${ONESHOT:-}" ] && { for p in "$@"; do args+=(--panel "$p"); done; steps=(all); }
+  [ -n "${ONESHOT:-}" ] || [ $# -eq 0 ] && { for p in "$@"; do args+=(--panel "$p"); done; steps=(all); }
   for p in "${steps[@]}"; do
     [ "$p" = all ] || args+=(--panel "$p")
     local left=$((deadline - SECONDS))
@@ -40,7 +41,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-for job in ${JOBS:-t1m t1f t1mt t1ft t2 f1t}; do
+for job in ${JOBS:-t1mt t1ft t2 t4t f1t c10 rec}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
@@ -48,6 +49,10 @@ for job in ${JOBS:-t1m t1f t1mt t1ft t2 f1t}; do
     t1ft) study t1ft huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu/dp-tuned dp-tuned "${big[@]}" ;;
     t2) study t2 huang-jdp/table2 $R/table2/gpu "" "n = 256" ;;
     f1t) study f1t huang-jdp/figure1 $R/figure1/gpu/dp-tuned dp-tuned "${big[@]}" ;;
+    t4t) study t4t huang-jdp/table4 $R/table4/gpu/dp-tuned dp-tuned "n = 256, m/r = 1" "n = 256, m/r = 2" \
+           "n = 256, m/r = 5" "n = 256, m/r = 10" "n = 256, m/r = 20" ;;
+    c10) study c10 lowy-nonconvex/cifar10 results/lowy-nonconvex/cifar10/gpu "" ;;   # issue 15: the full grid
+    rec) study rec dprec/mnist results/dprec/mnist/gpu "" ;;                        # issue 15: 1,000 rounds
     *) echo "unknown job $job"; exit 2 ;;
   esac
 done
