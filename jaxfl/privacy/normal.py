@@ -9,9 +9,11 @@ samples per hash instead. Sample ``j`` of a draw under raw key ``k = key_data(ke
     u = float32 in [0, 1) from the top 23 bits;  z = sqrt(2) * erfinv(max(2u - 1, -1 + ulp))
 
 (``row = 0`` for noise, the codebook row for DP-REC), so any tiling of ``j`` into even-aligned tiles gives
-bit-identical values, each sample can be regenerated alone, and nothing depends on the device layout or on
-JAX's ``jax_threefry_partitionable`` flag (``threefry2x32`` is called directly on explicit counters). The
-``u -> z`` map is the one ``jax.random.normal`` uses for float32.
+bit-identical hash words, each sample can be regenerated alone, and nothing depends on the device layout or
+on JAX's ``jax_threefry_partitionable`` flag (``threefry2x32`` is called directly on explicit counters). The
+``u -> z`` map is the one ``jax.random.normal`` uses for float32; it is XLA's ``erf_inv``, which XLA:CPU in
+JAX 0.10 evaluates alike in every program, and in JAX 0.12 may round a few ulps apart between programs
+(e.g. fused under ``vmap`` against op by op).
 """
 from __future__ import annotations
 

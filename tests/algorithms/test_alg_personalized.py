@@ -201,16 +201,17 @@ ALL_PRIVATE = {"body": "private", "head": "private"}
 
 
 def test_everything_private_is_per_silo_training():
-    """Every leaf private (seed 001's per-silo regime): silo 0's model in a federation of four equals, bitwise,
-    silo 0 trained alone (same records, same padding, same keys), and the server's model never moves."""
+    """Every leaf private (seed 001's per-silo regime): silo 0's model in a federation of four equals silo 0
+    trained alone (same records, same padding, same keys) to float rounding (bitwise under JAX 0.10's XLA:CPU;
+    JAX 0.12's rounds the two programs' shapes apart in the last bits), and the server's model never moves."""
     data = flipped_silos()
     alg = personalized(loss, shared=ALL_PRIVATE, client_opt=optax.sgd(0.3), local_steps=3, sampling_rate=0.5)
     alone = FederatedData(data.x[:1], data.y[:1], data.counts[:1])
     (fed, _), (solo, _) = _run(alg, data, 3, 0, alone)
     assert alg.privacy is None
     for a, b, p0 in zip(_leaves(fed.silos), _leaves(solo.silos), _leaves(init_mlp())):
-        np.testing.assert_array_equal(a[0], b[0])
-        assert not np.array_equal(a[0], p0)
+        np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-7)
+        assert not np.allclose(a[0], p0)
     for a, p0 in zip(_leaves(fed.params), _leaves(init_mlp())):
         np.testing.assert_array_equal(a, p0)
 
