@@ -163,8 +163,9 @@ def environment() -> dict:
     import jax
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "device_kind": jax.devices()[0].device_kind, "cpu": cpu_model(), "cores": os.cpu_count(), "jax_version": jax.__version__,
-            "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
+            "device_kind": jax.devices()[0].device_kind, "cpu": cpu_model(), "cores": os.cpu_count(),
+            "jax_version": jax.__version__, "python": platform.python_version(),
+            "prng_impl": str(jax.config.jax_default_prng_impl)}
 
 
 SOURCE_ENV = "JAXFL_SOURCE_COMMIT"
