@@ -375,8 +375,8 @@ def _compute_lines(doc: dict) -> list[str]:
         seconds = measured.get(n, count * len(REGIMES) * per_evaluation)
         tag = "" if n in measured else " (projected)"
         hours = seconds * trials / 3600
-        lines.append(f"| {n} | {count:,} | {seconds:,.0f}{tag} | {hours:.1f}{tag} |" if hours >= 0.1 else
-                     f"| {n} | {count:,} | {seconds:,.1f}{tag} | {hours:.3f}{tag} |")
+        digits = (0, 1) if hours >= 0.1 else (1, 3)  # a GPU's panels take seconds: keep them readable
+        lines.append(f"| {n} | {count:,} | {seconds:,.{digits[0]}f}{tag} | {hours:.{digits[1]}f}{tag} |")
     return lines
 
 
