@@ -34,7 +34,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
     local left=$((deadline - SECONDS))
     if [ $left -lt 30 ]; then echo "== $tag: deadline, stopped before $p"; return 1; fi
     echo "== $tag: up to $p ($left s left)"
-    timeout $left python3 -c 'import sys; from jaxfl.cli import main; sys.exit(main())' "${args[@]}" 2>&1 | tee -a "$OUT/log.txt"
+    timeout $left python3 -m jaxfl "${args[@]}" 2>&1 | tee -a "$OUT/log.txt"
     tar czf "$OUT/$tag.tgz" "$out"
   done
 }

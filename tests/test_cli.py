@@ -10,7 +10,7 @@ from jaxfl.cli import main
 
 def _run(*args):
     """Runs ``jaxfl ARGS`` in a fresh process: (exit code, stdout, stderr)."""
-    out = subprocess.run([sys.executable, "-m", "jaxfl.cli", *args], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "jaxfl", *args], capture_output=True, text=True, timeout=600)
     return out.returncode, out.stdout, out.stderr
 
 
