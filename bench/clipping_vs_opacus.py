@@ -14,7 +14,9 @@ SGD update. Samples per second of that step, for three models (seed 002's ``Mnis
   ``vmap(grad)``) + ``jax.random.normal`` noise + SGD,
   jitted, ``steps`` steps in one ``lax.scan``;
 - ``jaxfl ghost``: the same with :func:`jaxfl.privacy.clipping.clipped_grad_sum` (the default,
-  ``method="auto"``: ghost norms for every Dense/Conv layer of these models, :mod:`jaxfl.privacy.ghost`).
+  ``method="auto"``: ghost norms for every Dense/Conv layer of these models, :mod:`jaxfl.privacy.ghost`;
+  ``microbatch="auto"``: the batch in cache-sized slices, :mod:`jaxfl.privacy.microbatch`);
+- ``jaxfl unsliced``: ``jaxfl ghost`` with ``microbatch=None`` (the whole batch at once).
 
 Opacus runs with ``noise_multiplier=1.0, max_grad_norm=1.0``, ``torch.optim.SGD``, ``loss_reduction="mean"``,
 ``poisson_sampling=False``, over the same pre-made batches (no DataLoader in the timed loop) and
@@ -36,6 +38,7 @@ Usage: python bench/clipping_vs_opacus.py [--repeats 3] [--batches 64 256 1024] 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 import warnings
@@ -48,6 +51,7 @@ import numpy as np
 from jaxfl.models import nets
 from jaxfl.experiments.report import cpu_model, write_benchmark
 from jaxfl.privacy.clipping import clipped_grad_sum, explicit_clipped_grad_sum
+from jaxfl.privacy.microbatch import microbatch_size
 
 MISSING_EXTRA = "needs torch and opacus: pip install -e '.[bench]'"
 CLIP, SIGMA, LR = 1.0, 1.0, 0.01
@@ -337,9 +341,11 @@ def main(argv=None) -> int:
           + "; torch mirrors' logits " + ", ".join(f"{k} {v:.1e}" for k, v in
                                                    check["torch_mirror_logits_relative_error"].items()), flush=True)
 
-    methods = ["opacus hooks", "opacus ghost", "jaxfl vmap", "jaxfl ghost"]
+    jax_methods = {"jaxfl vmap": explicit_clipped_grad_sum, "jaxfl unsliced": functools.partial(
+        clipped_grad_sum, microbatch=None), "jaxfl ghost": clipped_grad_sum}
+    methods = ["opacus hooks", "opacus ghost"] + list(jax_methods)
     rows, ratios = [], {}
-    header = f"{'model':24s} {'batch':>5s} {'steps':>5s} " + " ".join(f"{m:>13s}" for m in methods)
+    header = f"{'model':24s} {'batch':>5s} {'steps':>5s} " + " ".join(f"{m:>14s}" for m in methods)
     print("samples/s (best of %d), DP-SGD step: clip C=1, sum, noise sigma=1, SGD" % args.repeats)
     print(header, flush=True)
     for name in args.models:
@@ -350,8 +356,7 @@ def main(argv=None) -> int:
                 if m.startswith("opacus"):
                     runners[m] = opacus_runner(name, m.split()[1], batch, steps)
                 else:
-                    runners[m] = jax_runner(name, explicit_clipped_grad_sum if m == "jaxfl vmap" else clipped_grad_sum,
-                                            batch, steps)
+                    runners[m] = jax_runner(name, jax_methods[m], batch, steps)
                 runners[m]()                                  # warm-up (compilation, allocator)
             best = {m: float("inf") for m in methods}
             for _ in range(args.repeats):                     # interleaved: every repeat times every method
@@ -361,16 +366,20 @@ def main(argv=None) -> int:
                     best[m] = min(best[m], time.perf_counter() - t0)
             del runners
             sps = {m: batch * steps / best[m] for m in methods}
+            module, shape, _ = MODELS[name]
+            xb, yb = (a[0] for a in make_batches(name, batch, 1))
+            slices = microbatch_size(jax_loss(name), nets.init_params(module, jax.random.PRNGKey(0), shape), xb, yb)
             for m in methods:
                 rows.append({"model": name, "batch": batch, "method": m, "steps_per_call": steps,
-                             "seconds_per_step": best[m] / steps, "samples_per_second": sps[m]})
+                             "seconds_per_step": best[m] / steps, "samples_per_second": sps[m]}
+                            | ({"microbatch": slices} if m == "jaxfl ghost" else {}))
             best_opacus = max(sps["opacus hooks"], sps["opacus ghost"])
             ratios.setdefault(name, {})[str(batch)] = {
                 m: {"vs_opacus_ghost": sps[m] / sps["opacus ghost"],
                     "vs_opacus_hooks_weaker_baseline": sps[m] / sps["opacus hooks"],
                     "vs_faster_opacus_mode": sps[m] / best_opacus}
                 for m in methods if m.startswith("jaxfl")}
-            print(f"{TITLES[name]:24s} {batch:5d} {steps:5d} " + " ".join(f"{sps[m]:13,.0f}" for m in methods),
+            print(f"{TITLES[name]:24s} {batch:5d} {steps:5d} " + " ".join(f"{sps[m]:14,.0f}" for m in methods),
                   flush=True)
 
     print("\nratio jaxfl / Opacus-ghost samples/s (headline; > 1: jaxfl faster) [and / Opacus-hooks, weaker]")
@@ -390,7 +399,8 @@ def main(argv=None) -> int:
         "step": {"clip_norm": CLIP, "noise_multiplier": SIGMA, "lr": LR, "optimizer": "plain SGD on (sum + noise) / batch",
                  "opacus": "make_private(noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False, "
                            "loss_reduction='mean'), torch.optim.SGD, pre-made batches in a Python loop",
-                 "jaxfl": "explicit_clipped_grad_sum (vmap) / clipped_grad_sum (ghost) + jax.random.normal noise + SGD, "
+                 "jaxfl": "explicit_clipped_grad_sum (vmap) / clipped_grad_sum (ghost: its defaults, ghost norms and "
+                          "microbatch='auto'; unsliced: microbatch=None) + jax.random.normal noise + SGD, "
                           "jitted, "
                           "steps in one lax.scan"},
         "repeats": args.repeats, "samples_per_call": args.samples,

@@ -16,7 +16,9 @@ Side by side in this process, each program jitted and timed after a warm-up (bes
   update; mean cross-entropy, learning rate 0.01) of the same LeNet-5 and of seed 002's CIFAR CNN
   (``nets.CifarCNN``), mirrored layer by layer in torch (VALID convolutions, ReLU, 2x2 max pooling, NCHW
   input converted once outside the timing, JAX's initial weights copied in), at batch 20 and 64: JAX runs
-  the 43 steps in one jitted ``lax.scan`` (as ``step``, jaxfl's convolution), torch a Python loop of 43
+  the 43 steps in one jitted ``lax.scan`` (jaxfl's convolution; each step's gradient by
+  :func:`jaxfl.engine.local.mean_loss_and_grad`, what ``local_epochs`` runs, in its default slices of the
+  batch, ``jaxfl.privacy.microbatch``; the row ``unsliced`` takes the whole batch at once), torch a Python loop of 43
   steps over the same pre-made batches with ``torch.set_num_threads(os.cpu_count())`` (JAX uses all cores
   too). Warm-up excluded, the two interleaved in every repeat, best of ``--step-repeats``. ``ratio`` =
   jaxfl samples/s / torch samples/s (> 1: jaxfl faster); the headline ``ratio`` is LeNet-5 at batch 20.
@@ -41,9 +43,11 @@ from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
+from jaxfl.engine import local
 from jaxfl.experiments import dprec_data
 from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
 from jaxfl.models import nets
+from jaxfl.privacy.microbatch import microbatch_size
 
 STEPS, BATCH, CLIENTS = 43, 20, 10
 MISSING_EXTRA = "needs torch: pip install -e '.[bench]'"
@@ -73,18 +77,21 @@ def torch_mirrors():
     return clipping_vs_opacus
 
 
-def jax_epoch(module, input_shape, classes: int, batch: int):
+def jax_epoch(module, input_shape, classes: int, batch: int, microbatch="auto"):
     """A zero-argument callable: ``STEPS`` jitted SGD steps of batch ``batch`` in one ``lax.scan``, and the
-    initial parameters and data it uses."""
+    initial parameters and data it uses. Each step's gradient is jaxfl's local-training gradient
+    (:func:`jaxfl.engine.local.mean_loss_and_grad`; ``microbatch``: its slicing, ``None`` for one slice)."""
     params = nets.init_params(module, jax.random.PRNGKey(0), input_shape)
     x = jax.random.normal(jax.random.PRNGKey(1), (STEPS * batch,) + tuple(input_shape))
     y = jnp.arange(STEPS * batch) % classes
-    loss = lambda p, xb, yb: jnp.mean(nets.softmax_cross_entropy(module.apply(p, xb), yb))
+    loss = nets.per_example_loss(module, nets.softmax_cross_entropy)
+    mask = jnp.ones((batch,), jnp.float32)
 
     def epoch(p, x, y):
         def step(p, i):
             xb, yb = (jax.lax.dynamic_slice_in_dim(a, i * batch, batch) for a in (x, y))
-            return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, jax.grad(loss)(p, xb, yb)), None
+            _, g = local.mean_loss_and_grad(loss, p, xb, yb, mask, microbatch=microbatch)
+            return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, g), None
         return jax.lax.scan(step, p, jnp.arange(STEPS))[0]
 
     fn = jax.jit(epoch)
@@ -121,19 +128,27 @@ def vs_pytorch(repeats: int) -> dict:
     for name, title, batch in TORCH_ROWS:
         module, input_shape, classes = mirrors.MODELS[name]
         run_jax, params, x, y = jax_epoch(module, input_shape, classes, batch)
-        run_torch = torch_epoch(mirrors, name, params, input_shape, batch, x, y)
-        run_jax(), run_torch()                                   # warm-up: compilation, allocators
-        best = {"jaxfl": float("inf"), "torch": float("inf")}
+        runs = {"jaxfl": run_jax, "jaxfl unsliced": jax_epoch(module, input_shape, classes, batch, None)[0],
+                "torch": torch_epoch(mirrors, name, params, input_shape, batch, x, y)}
+        for run in runs.values():                                # warm-up: compilation, allocators
+            run()
+        best = {way: float("inf") for way in runs}
         for _ in range(repeats):                                 # interleaved
-            for way, run in (("jaxfl", run_jax), ("torch", run_torch)):
+            for way, run in runs.items():
                 start = time.perf_counter()
                 run()
                 best[way] = min(best[way], time.perf_counter() - start)
         sps = {way: STEPS * batch / seconds for way, seconds in best.items()}
-        rows.append({"model": title, "batch": batch, "steps": STEPS, "jaxfl_samples_per_second": sps["jaxfl"],
-                     "torch_samples_per_second": sps["torch"], "ratio": sps["jaxfl"] / sps["torch"]})
-        print(f"{title:9s} batch {batch:3d}: jaxfl {sps['jaxfl']:8,.0f} samples/s, torch {sps['torch']:8,.0f} "
-              f"samples/s, ratio jaxfl/torch {rows[-1]['ratio']:.2f}", flush=True)
+        slices = microbatch_size(nets.per_example_loss(module, nets.softmax_cross_entropy), params, x[:batch],
+                                 y[:batch])
+        rows.append({"model": title, "batch": batch, "steps": STEPS, "jaxfl_microbatch": slices,
+                     "jaxfl_samples_per_second": sps["jaxfl"], "torch_samples_per_second": sps["torch"],
+                     "ratio": sps["jaxfl"] / sps["torch"],
+                     "jaxfl_unsliced_samples_per_second": sps["jaxfl unsliced"],
+                     "ratio_unsliced": sps["jaxfl unsliced"] / sps["torch"]})
+        print(f"{title:9s} batch {batch:3d}: jaxfl {sps['jaxfl']:8,.0f} samples/s (slices of {slices}), unsliced "
+              f"{sps['jaxfl unsliced']:8,.0f}, torch {sps['torch']:8,.0f} samples/s, ratio jaxfl/torch "
+              f"{rows[-1]['ratio']:.2f} (unsliced {rows[-1]['ratio_unsliced']:.2f})", flush=True)
     return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(), "jax_threads": "XLA:CPU default (all cores)",
             "repeats": repeats, "rows": rows}
@@ -207,7 +222,8 @@ def main(argv=None) -> int:
         "round": rounds,
         "notes": "step: one LeNet-5 SGD step of batch 20 inside lax.scan. round: one dprec/mnist round of 10 clients; "
                  "speedup = 'lax conv, vmap' seconds / 'one at a time' seconds (jaxfl conv, clients_per_pass=1). "
-                 "vs_pytorch: jaxfl (jitted lax.scan of 43 SGD steps) against PyTorch eager (a loop of 43 steps), "
+                 "vs_pytorch: jaxfl (jitted lax.scan of 43 SGD steps, gradients by local.mean_loss_and_grad in its "
+                 "default microbatch slices; 'unsliced': the whole batch at once) against PyTorch eager (a loop of 43 steps), "
                  "same model, batch and initial weights, interleaved, best of repeats.",
     }
     out = write_benchmark(record, args.out)

@@ -41,13 +41,14 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-for job in ${JOBS:-t1mt t1ft t2 t4t f1t c10 rec}; do
+for job in ${JOBS:-t1mt t1ft t2t t4t f1t t2 c10 rec}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
     t1mt) study t1mt huang-jdp/table1-mnist $R/table1-mnist/gpu/dp-tuned dp-tuned "${big[@]}" ;;
     t1ft) study t1ft huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu/dp-tuned dp-tuned "${big[@]}" ;;
     t2) study t2 huang-jdp/table2 $R/table2/gpu "" "n = 256" ;;
+    t2t) study t2t huang-jdp/table2 $R/table2/gpu/dp-tuned dp-tuned "n = 256" ;;
     f1t) study f1t huang-jdp/figure1 $R/figure1/gpu/dp-tuned dp-tuned "${big[@]}" ;;
     t4t) study t4t huang-jdp/table4 $R/table4/gpu/dp-tuned dp-tuned "n = 256, m/r = 1" "n = 256, m/r = 2" \
            "n = 256, m/r = 5" "n = 256, m/r = 10" "n = 256, m/r = 20" ;;

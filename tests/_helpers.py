@@ -1,4 +1,4 @@
-"""Small synthetic silos for engine tests (importable as ``_helpers`` from test modules)."""
+"""Small synthetic silos for engine tests, and shared assertions (importable as ``_helpers`` from test modules)."""
 import numpy as np
 
 
@@ -12,3 +12,16 @@ def make_silos(sizes, features=5, seed=0):
         y = (x @ w + 0.3 * rng.standard_normal(n) > 0).astype(np.int32)
         silos.append((x, y))
     return silos
+
+
+def assert_clipped_sums_equal(expected, got, rtol=2e-5):
+    """Two :class:`jaxfl.privacy.clipping.ClippedSum`: values to ``rtol`` (relative to the largest entry),
+    count, number clipped and sensitivity exactly."""
+    import jax
+
+    scale = max(float(np.max(np.abs(leaf))) for leaf in jax.tree_util.tree_leaves(expected.value))
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=rtol, atol=rtol * scale),
+                           expected.value, got.value)
+    assert float(got.count) == float(expected.count)
+    assert float(got.num_clipped) == float(expected.num_clipped)
+    assert float(got.sensitivity) == float(expected.sensitivity)

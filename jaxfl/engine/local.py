@@ -27,6 +27,7 @@ import optax
 
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum
+from jaxfl.privacy.microbatch import microbatch_size, microbatch_sum
 from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
 
 DRAW_AHEAD_ELEMENTS = 1 << 18
@@ -272,8 +273,34 @@ def local_steps(params, *, num_steps: int, client_opt: optax.GradientTransformat
     return carry[0], jax.tree_util.tree_map(jnp.mean, infos)
 
 
+def mean_loss_and_grad(loss_fn, params, x, y, mask, *, microbatch="auto"):
+    """The masked mean loss ``sum_j mask_j f(params, x_j, y_j) / max(sum_j mask_j, 1)`` and its gradient.
+
+    Args:
+      loss_fn: per-example loss ``(params, x, y) -> scalar``; x, y: a minibatch ``[batch, ...]``;
+        mask: ``[batch]`` weights (0 on padding).
+      microbatch: the gradient taken in slices of records (:mod:`jaxfl.privacy.microbatch`; ``"auto"``, the
+        default, slices on the CPU backend when the minibatch's intermediates overflow the cache; ``None``:
+        never). The same value to float rounding.
+    Returns:
+      ``(loss, grad)``.
+    """
+    size = microbatch_size(loss_fn, params, x, y, microbatch)
+    per_example = jax.vmap(loss_fn, in_axes=(None, 0, 0))
+    if size >= x.shape[0]:
+        return jax.value_and_grad(lambda p: jnp.sum(per_example(p, x, y) * mask) / jnp.maximum(jnp.sum(mask), 1.0))(
+            params)
+
+    def sums(valid, xs, ys, ms):
+        return jax.value_and_grad(lambda p: jnp.sum(ms * valid * per_example(p, xs, ys)))(params)
+
+    loss, grad = microbatch_sum(sums, size, x, y, mask)
+    n = jnp.maximum(jnp.sum(mask), 1.0)
+    return loss / n, jax.tree_util.tree_map(lambda g: g / n, grad)
+
+
 def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.GradientTransformation,
-                 batch_size: int, epochs: int = 1):
+                 batch_size: int, epochs: int = 1, microbatch="auto"):
     """Non-private local training: ``epochs`` passes over the silo's ``count`` records in a fresh random
     order per epoch, in minibatches of ``batch_size`` (the last one of a pass may be smaller), one
     ``client_opt`` step on the minibatch's mean loss each.
@@ -287,6 +314,7 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
       loss_fn: per-example loss ``(params, x, y) -> scalar``.
       x, y: the silo's padded records ``[max_records, ...]``; count: its number of real records.
       silo_key: the silo's key; epoch ``e``'s order comes from ``step_key(silo_key, e, MINIBATCH)``.
+      microbatch: each step's gradient taken in slices of records (:func:`mean_loss_and_grad`).
     Returns:
       ``(params, mean training loss over the steps taken)``.
     """
@@ -305,17 +333,13 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
     orders = jax.vmap(order)(jnp.arange(epochs))
     padded = jnp.pad(orders, ((0, 0), (0, per_epoch * batch_size - max_records)))
 
-    def batch_loss(p, idx, mask):
-        losses = jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x[idx], y[idx])
-        return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
     def body(step, carry):
         p, opt_state, loss_sum = carry
         epoch, i = jnp.divmod(step, jnp.maximum(steps_per_epoch, 1))
         positions = i * batch_size + jnp.arange(batch_size)
         idx = jax.lax.dynamic_slice(padded[epoch], (i * batch_size,), (batch_size,))
         mask = (positions < count).astype(jnp.float32)
-        loss, g = jax.value_and_grad(batch_loss)(p, idx, mask)
+        loss, g = mean_loss_and_grad(loss_fn, p, x[idx], y[idx], mask, microbatch=microbatch)
         updates, opt_state = client_opt.update(g, opt_state, p)
         return optax.apply_updates(p, updates), opt_state, loss_sum + loss
 

@@ -607,7 +607,8 @@ TABLE_2 = register(_variant_study(
     regimes=_table2_regimes(), panels=(Panel("n = 256", (("owners", 256),)),), notes=_table2_notes,
     quick_panels=(Panel("n = 4", (("owners", 4),)),),
     config={"panel": "n = 256: Table 2's numbers equal Table 1's n = 256 entries (its caption says 128, digest "
-                      "§5.6)"}))
+                      "§5.6)"},
+    variants={"dp-tuned": _dp_tuned_variant("mnist")}))  # every Table 2 regime is private: all at the DP rate
 
 TABLE_4 = register(_variant_study(
     "huang-jdp/table4", "seed 001 Table 4 (MNIST): records per user m/r in {1, 2, 5, 10, 20}, full DP at eps 1 "

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.privacy.microbatch import microbatch_size, microbatch_sum
+
 PerExampleLoss = Callable[..., jnp.ndarray]
 
 
@@ -64,7 +66,8 @@ def clip_by_global_norm(grads, clip_norm):
     return jax.tree_util.tree_map(lambda g: g * _expand(scale, g), grads), norms
 
 
-def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, method: str = "auto") -> ClippedSum:
+def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, method: str = "auto",
+                     microbatch="auto") -> ClippedSum:
     """Sum of per-example clipped gradients (global L2 norm at most ``clip_norm``) over a masked batch.
 
     Args:
@@ -77,13 +80,27 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
         and ``vmap(grad)`` for every other parameter (:mod:`jaxfl.privacy.ghost`); ``"explicit"``:
         ``vmap(grad)`` for all parameters (:func:`explicit_clipped_grad_sum`). Both give the same sum to
         float rounding.
+      microbatch: ``"auto"`` (default), ``None`` or an int: the batch taken in slices of that many records
+        and their sums added (:mod:`jaxfl.privacy.microbatch`; ``"auto"`` slices on the CPU backend when
+        the batch's intermediates overflow the cache, the conv models at batches above 12-21). The same
+        sum to float rounding; the per-example clipping does not depend on the slicing.
     """
+    if method not in ("auto", "explicit"):
+        raise ValueError(f"clipping method must be 'auto' or 'explicit', got {method!r}")
+    size = microbatch_size(loss_fn, params, x, y, microbatch)
+    if size >= x.shape[0]:
+        return _clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm, method)
+    total = microbatch_sum(lambda valid, xs, ys, ms: _clipped_grad_sum(loss_fn, params, xs, ys, ms * valid,
+                                                                       clip_norm, method), size, x, y, mask)
+    return total._replace(sensitivity=jnp.asarray(clip_norm, total.sensitivity.dtype))
+
+
+def _clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, method: str) -> ClippedSum:
+    """:func:`clipped_grad_sum` of one slice, by ``method``."""
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
         return _unclipped_sum(loss_fn, params, x, y, mask)
     if method == "explicit":
         return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
-    if method != "auto":
-        raise ValueError(f"clipping method must be 'auto' or 'explicit', got {method!r}")
     from jaxfl.privacy.ghost import ghost_clipped_grad_sum  # ghost builds on this module's helpers
 
     return ghost_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)

@@ -221,7 +221,7 @@ def test_dp_regimes_take_the_private_learning_rates_when_the_study_sets_them(tmp
 
 
 def test_dp_tuned_variants_read_the_rate_chosen_on_their_own_dataset(tmp_path, monkeypatch):
-    """Table 1 (both datasets), Figure 1 and Table 4 have a dp-tuned variant: the DP regimes at the rate with the
+    """Table 1 (both datasets), Table 2, Figure 1 and Table 4 have a dp-tuned variant: the DP regimes at the rate with the
     lowest mean validation error in dp-learning-rate (MNIST) or its fashion-mnist variant, the others at the
     no-DP tuning's; a missing result names the command that makes it."""
     import json
@@ -237,7 +237,7 @@ def test_dp_tuned_variants_read_the_rate_chosen_on_their_own_dataset(tmp_path, m
         runs = [{"learning_rate": lr, "metrics": {"test_error": 0.2 if lr == rate else 0.5}} for lr in H.DP_RATES]
         (where / "results.json").write_text(json.dumps({"runs": runs}))
     for study, dataset in ((H.TABLE_1["mnist"], "mnist"), (H.TABLE_1["fashion-mnist"], "fashion-mnist"),
-                           (H.FIGURE_1, "mnist"), (H.TABLE_4, "mnist")):
+                           (H.TABLE_2, "mnist"), (H.FIGURE_1, "mnist"), (H.TABLE_4, "mnist")):
         form = study.form_of(variant="dp-tuned")
         assert H._rate_stages(form, private=True) == ((chosen[dataset],),), study.name
         assert form["private_learning_rates"] is not None and study["private_learning_rates"] is None

@@ -16,6 +16,7 @@ from jaxfl.models import nets, per_example_loss
 from jaxfl.models.linear import init_linear, logistic_loss, softmax_loss
 from jaxfl.privacy import ghost
 from jaxfl.privacy.clipping import _global_norms, clipped_grad_sum, explicit_clipped_grad_sum, per_example_grads
+from _helpers import assert_clipped_sums_equal
 
 
 def _assert_same(loss_fn, params, x, y, mask, clip_norms, rtol=2e-5):
@@ -23,18 +24,9 @@ def _assert_same(loss_fn, params, x, y, mask, clip_norms, rtol=2e-5):
     explicit = jax.jit(lambda p, c: explicit_clipped_grad_sum(loss_fn, p, x, y, mask, c))
     ghostly = jax.jit(lambda p, c: ghost.ghost_clipped_grad_sum(loss_fn, p, x, y, mask, c))
     for clip_norm in np.atleast_1d(clip_norms):
-        _assert_sums_equal(explicit(params, clip_norm), ghostly(params, clip_norm), rtol)
+        assert_clipped_sums_equal(explicit(params, clip_norm), ghostly(params, clip_norm), rtol)
     norms = jax.jit(lambda p: ghost.per_example_norms(loss_fn, p, x, y))(params)
     np.testing.assert_allclose(norms, _global_norms(per_example_grads(loss_fn, params, x, y)), rtol=rtol)
-
-
-def _assert_sums_equal(expected, got, rtol):
-    scale = max(float(jnp.max(jnp.abs(leaf))) for leaf in jax.tree_util.tree_leaves(expected.value))
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=rtol, atol=rtol * scale),
-                           expected.value, got.value)
-    assert float(got.count) == float(expected.count)
-    assert float(got.num_clipped) == float(expected.num_clipped)
-    assert float(got.sensitivity) == float(expected.sensitivity)
 
 
 def _batch(shape, classes, n=6, seed=0):
@@ -209,4 +201,4 @@ def test_mlp_any_mask_clip_and_data(clip, seed, weights):
     params = nets.init_params(_MLP, jax.random.PRNGKey(seed), (3,))
     x, y = _batch((3,), 2, n=5, seed=seed)
     expected, got = (path(params, x, y, jnp.asarray(weights), clip) for path in _MLP_PATHS)
-    _assert_sums_equal(expected, got, rtol=1e-4)
+    assert_clipped_sums_equal(expected, got, rtol=1e-4)

@@ -1,0 +1,126 @@
+"""Microbatches: a sum over a batch's records, taken a cache-sized slice of the batch at a time.
+
+A batch's gradient (clipped or not) is a sum over its records, so it can be taken in slices (a
+``lax.scan`` over ``[k, size, ...]``) and the slices' sums added: the same value up to the order of the
+float additions. On a CPU this is faster whenever the whole batch's intermediates (for the conv models,
+the im2col patches: 235 KB per CIFAR image, 25 copies of the input) overflow the caches, because every
+layer then streams them from memory several times per step: on the 2-core CPU a CIFAR CNN DP-SGD step
+at batch 1,024 runs about 2x faster in slices of 16 (`bench/clipping_vs_opacus.py`). On a GPU or TPU
+the slices would only serialise the work, so the default (``"auto"``) slices on the CPU backend only.
+
+``"auto"`` sizes the slices from the per-record forward pass: the bytes of every intermediate value of
+``loss_fn`` on one record (its jaxpr, sub-jaxprs included), against :data:`BUDGET_BYTES`. Under ``vmap``
+(silos) every silo takes its own slices, so the working set is ``silos x size`` records.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+
+BUDGET_BYTES = 12 * 2**20
+"""Intermediates per slice for ``"auto"``: about a third of a server CPU's shared L3 cache. On the 2-core
+AMD EPYC VM (32 MiB L3) it gives slices of 16-17 records for the CIFAR CNN and 10-11 for LeNet-5, where
+slices of 8-16 ran fastest for both (one-off timings of ``bench/local_training.py``'s and
+``bench/clipping_vs_opacus.py``'s steps)."""
+
+MIN_SIZE = 8
+"""``"auto"`` never takes slices smaller than this (a matrix product of fewer rows wastes the vector units)."""
+
+
+def _sub_jaxprs(params: dict):
+    for value in params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, jex_core.ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, jex_core.Jaxpr):
+                yield item
+
+
+def _intermediate_bytes(jaxpr) -> int:
+    total = 0
+    for eqn in jaxpr.eqns:
+        subs = list(_sub_jaxprs(eqn.params))
+        if subs:  # a nested call (jit, custom_jvp, ...): its outputs are its body's, counted there
+            total += sum(_intermediate_bytes(sub) for sub in subs)
+            continue
+        for var in eqn.outvars:
+            aval = var.aval
+            if hasattr(aval, "shape") and hasattr(aval, "dtype"):
+                total += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    return total
+
+
+def forward_bytes(loss_fn, params, x, y) -> int:
+    """Bytes of all intermediate values of ``loss_fn(params, x[0], y[0])`` (one record's forward pass).
+
+    ``x, y``: batches ``[batch, ...]`` (arrays or tracers; only shapes and dtypes are read).
+    """
+    spec = lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
+    row = lambda a: jax.ShapeDtypeStruct(jnp.shape(a)[1:], jnp.result_type(a))
+    closed = jax.make_jaxpr(loss_fn)(jax.tree_util.tree_map(spec, params), row(x), row(y))
+    return _intermediate_bytes(closed.jaxpr)
+
+
+def microbatch_size(loss_fn, params, x, y, microbatch="auto", *, batch: int | None = None,
+                    budget_bytes: int | None = None) -> int:
+    """Records per slice for a batch of ``x: [batch, ...]``; ``batch`` itself means one slice (no ``scan``).
+
+    Args:
+      x, y: records ``[n, ...]`` (only shapes and dtypes are read); batch: records per batch (default ``n``).
+      microbatch: ``"auto"``: on the CPU backend, ``batch`` split into the fewest equal slices whose
+        intermediates (:func:`forward_bytes` per record) fit ``budget_bytes``, none under
+        :data:`MIN_SIZE` records, when the batch needs more than two such slices (else ``batch``); on
+        other backends ``batch``. ``None``: ``batch``. An int ``s >= 1``:
+        slices of ``s`` records (the last padded).
+      budget_bytes: for ``"auto"``; default :data:`BUDGET_BYTES`.
+    """
+    batch = int(jnp.shape(x)[0]) if batch is None else int(batch)
+    if microbatch is None:
+        return batch
+    if isinstance(microbatch, str):
+        if microbatch != "auto":
+            raise ValueError(f"microbatch must be 'auto', None or a positive int, got {microbatch!r}")
+        if jax.default_backend() != "cpu":
+            return batch
+        per_record = max(forward_bytes(loss_fn, params, x, y), 1)
+        target = max(MIN_SIZE, (BUDGET_BYTES if budget_bytes is None else int(budget_bytes)) // per_record)
+        if batch < 2 * target:  # two slices or fewer: splitting gained nothing measurable
+            return batch
+        slices = -(-batch // target)
+        return -(-batch // slices)
+    if isinstance(microbatch, bool) or not isinstance(microbatch, (int, np.integer)) or microbatch < 1:
+        raise ValueError(f"microbatch must be 'auto', None or a positive int, got {microbatch!r}")
+    return min(int(microbatch), batch)
+
+
+def microbatch_sum(fn, size: int, *arrays):
+    """``fn`` summed over slices of ``size`` records: ``sum_s fn(valid_s, *[a[slice s] for a in arrays])``.
+
+    Args:
+      fn: ``(valid, *slices) -> pytree`` of sums over a slice's records; ``valid: [size]`` float32, 0 on the
+        padding rows that complete the last slice (they repeat the batch's first rows, so ``fn`` sees only
+        real inputs; it must give them weight 0, e.g. by multiplying its mask by ``valid``).
+      size: records per slice (:func:`microbatch_size`); ``size >= batch`` calls ``fn`` once on the whole batch.
+      arrays: batched arrays with the same leading axis ``batch``.
+    """
+    batch = arrays[0].shape[0]
+    if size >= batch:
+        return fn(jnp.ones((batch,), jnp.float32), *arrays)
+    slices = -(-batch // size)
+    padded = slices * size
+    if padded != batch:
+        rows = jnp.arange(padded) % batch
+        arrays = tuple(a[rows] for a in arrays)
+    valid = (jnp.arange(padded) < batch).astype(jnp.float32).reshape(slices, size)
+    stacked = tuple(a.reshape((slices, size) + a.shape[1:]) for a in arrays)
+    shapes = jax.eval_shape(fn, valid[0], *(a[0] for a in stacked))
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def add(total, inputs):
+        return jax.tree_util.tree_map(jnp.add, total, fn(*inputs)), None
+
+    return jax.lax.scan(add, zeros, (valid,) + stacked)[0]

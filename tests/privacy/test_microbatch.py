@@ -1,0 +1,129 @@
+"""Microbatched sums equal the whole-batch sum: clipped gradient sums, local training, the slice arithmetic.
+
+The oracle is the same function with ``microbatch=None`` (one pass over the whole batch, the path every
+other test checks against ``vmap(grad)``) and closed forms for the slice sizes and byte counts.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from jaxfl.engine import local
+from jaxfl.models import nets, per_example_loss
+from jaxfl.privacy import microbatch
+from jaxfl.privacy.clipping import _global_norms, clipped_grad_sum, per_example_grads
+from _helpers import assert_clipped_sums_equal
+
+
+class SmallCNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(4, (3, 3), padding="VALID")(x))
+        return nn.Dense(3)(x.reshape(x.shape[:-3] + (-1,)))
+
+
+SHAPE, CLASSES, N = (6, 6, 2), 3, 23
+LOSS = per_example_loss(SmallCNN(), nets.softmax_cross_entropy)
+PARAMS = nets.init_params(SmallCNN(), jax.random.PRNGKey(0), SHAPE)
+X = jax.random.normal(jax.random.PRNGKey(1), (N,) + SHAPE)
+Y = jnp.arange(N) % CLASSES
+# padding (0), records counted twice (2), the rest once
+MASK = jnp.where(jnp.arange(N) % 5 == 0, 0.0, jnp.where(jnp.arange(N) % 7 == 3, 2.0, 1.0))
+# about half the records clipped, halfway between two records' norms (no record's norm near the bound)
+CLIP = float(np.mean(np.sort(_global_norms(per_example_grads(LOSS, PARAMS, X, Y)))[N // 2:N // 2 + 2]))
+
+
+@pytest.mark.parametrize("method", ["auto", "explicit"])
+@pytest.mark.parametrize("clip_norm", [CLIP, float("inf")], ids=["clip", "inf"])
+def test_clipped_sum_in_slices_equals_whole_batch(method, clip_norm):
+    whole = jax.jit(lambda p: clipped_grad_sum(LOSS, p, X, Y, MASK, clip_norm, method=method, microbatch=None))
+    expected = whole(PARAMS)
+    if np.isfinite(clip_norm):
+        assert 0 < float(expected.num_clipped) < float(expected.count)   # some records clipped, not all
+    for size in (1, 4, 8, N, N + 5):                                      # 23 = 5 x 4 + 3: a padded last slice
+        sliced = jax.jit(lambda p: clipped_grad_sum(LOSS, p, X, Y, MASK, clip_norm, method=method, microbatch=size))
+        assert_clipped_sums_equal(expected, sliced(PARAMS))
+
+
+def test_auto_slices_when_the_batch_overflows_the_budget(monkeypatch):
+    per_record = microbatch.forward_bytes(LOSS, PARAMS, X, Y)
+    monkeypatch.setattr(microbatch, "BUDGET_BYTES", 8 * per_record)       # 8 records per slice: 3 slices
+    assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == 8
+    expected = clipped_grad_sum(LOSS, PARAMS, X, Y, MASK, CLIP, microbatch=None)
+    assert_clipped_sums_equal(expected, jax.jit(lambda p: clipped_grad_sum(LOSS, p, X, Y, MASK, CLIP))(PARAMS))
+    # and under vmap over silos, as the engine calls it
+    xs, ys, ms = (jnp.stack([a, a[::-1]]) for a in (X, Y, MASK))
+    batched = jax.jit(jax.vmap(lambda x, y, m: clipped_grad_sum(LOSS, PARAMS, x, y, m, CLIP)))(xs, ys, ms)
+    assert_clipped_sums_equal(expected, jax.tree_util.tree_map(lambda a: a[0], batched))
+    assert_clipped_sums_equal(clipped_grad_sum(LOSS, PARAMS, X[::-1], Y[::-1], MASK[::-1], CLIP, microbatch=None),
+                       jax.tree_util.tree_map(lambda a: a[1], batched))
+
+
+def test_auto_keeps_small_records_whole_and_skips_accelerators(monkeypatch):
+    assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == N                # 23 small records fit the budget
+    monkeypatch.setattr(microbatch, "BUDGET_BYTES", 1)
+    assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == 8                # never under MIN_SIZE: 23 = 3 x 8 - 1
+    monkeypatch.setattr(microbatch, "BUDGET_BYTES", 12 * microbatch.forward_bytes(LOSS, PARAMS, X, Y))
+    assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == N                # 2 slices of 12 would do: whole
+    monkeypatch.setattr(microbatch.jax, "default_backend", lambda: "gpu")
+    assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == N
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 500), per_record=st.integers(1, 10**6), budget=st.integers(1, 10**8))
+def test_auto_size_is_the_fewest_equal_slices_within_budget(batch, per_record, budget):
+    x = jax.ShapeDtypeStruct((batch, 2), jnp.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(microbatch, "forward_bytes", lambda *a: per_record)
+        size = microbatch.microbatch_size(None, None, x, x, budget_bytes=budget)
+    target = max(microbatch.MIN_SIZE, budget // per_record)
+    if batch < 2 * target:
+        assert size == batch                                                 # two slices or fewer: whole
+        return
+    slices = -(-batch // size)
+    assert size <= target and slices >= 3
+    assert slices == -(-batch // target)                                     # the fewest slices within the target
+    assert slices * size - batch < slices                                    # equal slices: padding < one per slice
+
+
+def test_forward_bytes_counts_every_intermediate():
+    # x * p and sin: f32[1000] each (4,000 bytes); the sum: f32[] (4 bytes). A nested jit's intermediates
+    # count once (its outputs are its body's).
+    loss = lambda p, x, y: jnp.sum(jax.jit(lambda v: jnp.sin(v) + 1.0)(x * p))
+    x = jnp.zeros((5, 1000), jnp.float32)
+    assert microbatch.forward_bytes(loss, jnp.float32(1.0), x, x) == 4000 + 4000 + 4000 + 4
+
+
+def test_microbatch_sum_pads_with_real_rows_of_weight_zero():
+    rows = jnp.arange(10.0)
+    seen = []
+
+    def fn(valid, r):
+        seen.append(r.shape)
+        return {"sum": jnp.sum(valid * r), "min": jnp.min(r), "count": jnp.sum(valid)}
+
+    out = microbatch.microbatch_sum(fn, 4, rows)                            # 3 slices, 2 padding rows
+    assert float(out["sum"]) == 45.0 and float(out["count"]) == 10.0
+    assert float(out["min"]) == 0.0 + 4.0 + 0.0                             # the padding repeats rows 0 and 1
+    assert seen[-1] == (4,)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "fast"])
+def test_bad_microbatch_is_one_clear_error(bad):
+    with pytest.raises(ValueError, match="microbatch must be"):
+        clipped_grad_sum(LOSS, PARAMS, X, Y, MASK, 1.0, microbatch=bad)
+
+
+def test_local_epochs_in_slices_equals_whole_batch():
+    count = jnp.int32(N - 3)                                                   # 3 padding records at the end
+    run = lambda mb: jax.jit(lambda p: local.local_epochs(LOSS, p, X, Y, count, jax.random.PRNGKey(5),
+                                                          client_opt=optax.sgd(0.1), batch_size=9, epochs=2,
+                                                          microbatch=mb))(PARAMS)
+    (expected, loss_whole), (got, loss_sliced) = run(None), run(4)
+    np.testing.assert_allclose(loss_sliced, loss_whole, rtol=1e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6), expected, got)
