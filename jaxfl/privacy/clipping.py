@@ -82,8 +82,8 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
         float rounding.
       microbatch: ``"auto"`` (default), ``None`` or an int: the batch taken in slices of that many records
         and their sums added (:mod:`jaxfl.privacy.microbatch`; ``"auto"`` slices on the CPU backend when
-        the batch's intermediates overflow the cache, the conv models at batches above 12-21). The same
-        sum to float rounding; the per-example clipping does not depend on the slicing.
+        the batch's intermediates overflow the cache: the library's conv models from batches of 21-61 on).
+        The same sum to float rounding; the per-example clipping does not depend on the slicing.
     """
     if method not in ("auto", "explicit"):
         raise ValueError(f"clipping method must be 'auto' or 'explicit', got {method!r}")

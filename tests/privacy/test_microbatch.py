@@ -70,6 +70,8 @@ def test_auto_keeps_small_records_whole_and_skips_accelerators(monkeypatch):
     assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == 8                # never under MIN_SIZE: 23 = 3 x 8 - 1
     monkeypatch.setattr(microbatch, "BUDGET_BYTES", 12 * microbatch.forward_bytes(LOSS, PARAMS, X, Y))
     assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == N                # 2 slices of 12 would do: whole
+    monkeypatch.setattr(microbatch, "BUDGET_BYTES", 11 * microbatch.forward_bytes(LOSS, PARAMS, X, Y))
+    assert microbatch.microbatch_size(LOSS, PARAMS, X[:22], Y[:22]) == 22     # exactly 2 slices of 11: whole
     monkeypatch.setattr(microbatch.jax, "default_backend", lambda: "gpu")
     assert microbatch.microbatch_size(LOSS, PARAMS, X, Y) == N
 
@@ -82,7 +84,7 @@ def test_auto_size_is_the_fewest_equal_slices_within_budget(batch, per_record, b
         patch.setattr(microbatch, "forward_bytes", lambda *a: per_record)
         size = microbatch.microbatch_size(None, None, x, x, budget_bytes=budget)
     target = max(microbatch.MIN_SIZE, budget // per_record)
-    if batch < 2 * target:
+    if batch <= 2 * target:
         assert size == batch                                                 # two slices or fewer: whole
         return
     slices = -(-batch // size)
