@@ -42,7 +42,7 @@ from jaxfl.algorithms.async_schedules import StepSize
 from jaxfl.algorithms.async_timeline import Timeline
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, SiloState
 from jaxfl.privacy import keys
-from jaxfl.privacy.clipping import clipped_grad_sum
+from jaxfl.privacy.clipping import selected_clipped_grad_sum
 from jaxfl.privacy.noise import gaussian_like
 
 _tmap = jax.tree_util.tree_map
@@ -145,7 +145,6 @@ class _Client(NamedTuple):
         count = jnp.maximum(count, 1)
         rate = size.astype(jnp.float32) / count.astype(jnp.float32)
         block = -(-x.shape[0] // int(self.sizes.min())) + 1        # the largest block of any round (static)
-        slots = -(-block // self.chunk) * self.chunk
         eta = self.eta(rnd, 0)
 
         def body(carry):
@@ -154,17 +153,8 @@ class _Client(NamedTuple):
             lo, hi = (h * count) // size, ((h + 1) * count) // size
             draw = keys.step_key(client_key, h, keys.Purpose.MINIBATCH)
             take = (lo + jnp.arange(block) < hi) & (jax.random.uniform(draw, (block,)) < rate)
-            total = jnp.sum(take)
-            order = jnp.nonzero(take, size=slots, fill_value=0)[0]
-
-            def chunk(i, acc):
-                rows = jnp.minimum(lo + jax.lax.dynamic_slice(order, (i * self.chunk,), (self.chunk,)), x.shape[0] - 1)
-                weights = (i * self.chunk + jnp.arange(self.chunk) < total).astype(jnp.float32)
-                return _tmap(jnp.add, acc, clipped_grad_sum(self.loss_fn, model, x[rows], y[rows], weights,
-                                                            self.clip_norm).value)
-
-            g = jax.lax.fori_loop(0, jnp.maximum((total + self.chunk - 1) // self.chunk, 1), chunk,
-                                  _tmap(jnp.zeros_like, model))
+            g = selected_clipped_grad_sum(self.loss_fn, model, x, y, take, self.clip_norm, chunk=self.chunk,
+                                          offset=lo).value
             return j + 1, _tmap(lambda p, gi: p + eta * gi, partial, g)
 
         _, partial = jax.lax.while_loop(lambda c: c[0] < num, body, (jnp.int32(0), partial))

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxfl.privacy import keys as keys_lib
-from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum
+from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum, selected_clipped_grad_sum
 from jaxfl.privacy.microbatch import microbatch_size, microbatch_sum
 from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
 
@@ -157,34 +157,12 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
         drawn = step_draws(sampler, silo_key, count, x.shape[0], params, noise_multiplier)(step)
     minibatch, unit_noise = drawn
     if sampler.chunk is not None:
-        summed = _chunked_clipped_sum(loss_fn, params, minibatch, x, y, count, sampler.chunk, clip_norm)
+        selected = minibatch & (jnp.arange(x.shape[0]) < count)
+        summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk)
         denominator = jnp.maximum(sampler.rate * count.astype(jnp.float32), 1e-12)
         return _noisy_mean(summed, unit_noise, denominator, clip_norm, noise_multiplier)
     return _privatize(loss_fn, params, sampler.take(minibatch, x, y, count), unit_noise,
                       clip_norm=clip_norm, noise_multiplier=noise_multiplier)
-
-
-def _chunked_clipped_sum(loss_fn, params, mask, x, y, count, chunk: int, clip_norm):
-    """The clipped gradient sum over the records a Poisson ``mask`` selects, taken ``chunk`` records at a
-    time in a ``while`` loop that runs ``ceil(selected / chunk)`` times (at least once)."""
-    max_records = x.shape[0]
-    selected = mask & (jnp.arange(max_records) < count)
-    total = jnp.sum(selected)
-    slots = -(-max_records // chunk) * chunk
-    order = jnp.nonzero(selected, size=slots, fill_value=0)[0]  # the selected rows first, in row order
-
-    def one(i, carry):
-        start = i * chunk
-        idx = jax.lax.dynamic_slice(order, (start,), (chunk,))
-        weights = (start + jnp.arange(chunk) < total).astype(jnp.float32)
-        part = clipped_grad_sum(loss_fn, params, x[idx], y[idx], weights, clip_norm)
-        value, n, clipped = carry
-        return jax.tree_util.tree_map(jnp.add, value, part.value), n + part.count, clipped + part.num_clipped
-
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    value, n, clipped = jax.lax.fori_loop(0, jnp.maximum((total + chunk - 1) // chunk, 1), one,
-                                          (zeros, jnp.float32(0.0), jnp.float32(0.0)))
-    return ClippedSum(value, jnp.asarray(clip_norm, jnp.float32), n, clipped)
 
 
 def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier):

@@ -95,6 +95,41 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
     return total._replace(sensitivity=jnp.asarray(clip_norm, total.sensitivity.dtype))
 
 
+def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, clip_norm, *, chunk: int,
+                              offset=0) -> ClippedSum:
+    """:func:`clipped_grad_sum` over the records a data-dependent mask selects, ``chunk`` at a time.
+
+    A Poisson draw selects a random number of records; rather than clipping a padded batch of the
+    largest possible size, the selected rows are gathered ``chunk`` at a time in a ``fori_loop`` that runs
+    ``ceil(selected / chunk)`` times (at least once), the last chunk padded at weight 0.
+
+    Args:
+      x, y: the records, ``[N, ...]``.
+      selected: ``bool[S]``; entry ``i`` selects row ``offset + i`` (rows past ``N - 1`` are clamped; select
+        only real rows).
+      chunk: records per chunk (static int >= 1).
+      offset: first row ``selected`` refers to (int, may be traced).
+    Returns:
+      the :class:`ClippedSum` of the selected records (``count``: how many were selected).
+    """
+    total = jnp.sum(selected)
+    slots = -(-selected.shape[0] // chunk) * chunk
+    order = jnp.nonzero(selected, size=slots, fill_value=0)[0]  # the selected entries first, in order
+
+    def one(i, carry):
+        start = i * chunk
+        rows = jnp.minimum(offset + jax.lax.dynamic_slice(order, (start,), (chunk,)), x.shape[0] - 1)
+        weights = (start + jnp.arange(chunk) < total).astype(jnp.float32)
+        part = clipped_grad_sum(loss_fn, params, x[rows], y[rows], weights, clip_norm)
+        value, n, clipped = carry
+        return jax.tree_util.tree_map(jnp.add, value, part.value), n + part.count, clipped + part.num_clipped
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    value, n, clipped = jax.lax.fori_loop(0, jnp.maximum((total + chunk - 1) // chunk, 1), one,
+                                          (zeros, jnp.float32(0.0), jnp.float32(0.0)))
+    return ClippedSum(value, jnp.asarray(clip_norm, jnp.float32), n, clipped)
+
+
 def _clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, method: str) -> ClippedSum:
     """:func:`clipped_grad_sum` of one slice, by ``method``."""
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):

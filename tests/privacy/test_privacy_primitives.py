@@ -1,15 +1,19 @@
 """Per-example gradients, clipping, padding masks, keyed Gaussian noise, optax transforms."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 import scipy.stats
+from _helpers import assert_clipped_sums_equal
 from hypothesis import given, settings, strategies as st
 
 from jaxfl.models import init_linear, logistic_loss, softmax_loss
 from jaxfl.privacy import (clip_by_global_norm, clip_update, clipped_grad_sum, differentially_private_aggregate,
-                           gaussian_like, gaussian_noise, noisy_clipped_mean, per_example_grads, unit_noise_like)
+                           gaussian_like, gaussian_noise, noisy_clipped_mean, per_example_grads,
+                           selected_clipped_grad_sum, unit_noise_like)
 
 
 def _problem(n=12, d=4, k=3, seed=0):
@@ -56,6 +60,28 @@ def test_clipped_sum_masks_padding_and_counts():
     x_bad = x.at[3].set(1e6)
     out_bad = clipped_grad_sum(softmax_loss, params, x_bad, y, mask, 0.5)
     np.testing.assert_array_equal(out.value["w"], out_bad.value["w"])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16])
+@pytest.mark.parametrize("offset", [0, 4])
+def test_selected_clipped_sum_is_the_masked_sum_of_the_selected_rows(chunk, offset):
+    """Entry i of ``selected`` picks row ``offset + i``; chunks of 1 and 3 take several passes (the last
+    padded), 16 one; the sum, count and number clipped are the masked batch's, and rows not selected may hold
+    anything."""
+    params, x, y = _problem(n=14)
+    selected = jnp.asarray([1, 0, 1, 1, 0, 0, 1, 1, 0, 1], bool)
+    rows = offset + np.flatnonzero(np.asarray(selected))
+    summed = jax.jit(functools.partial(selected_clipped_grad_sum, softmax_loss, chunk=chunk))
+    start = jnp.int32(offset)
+    got = summed(params, x, y, selected, 0.5, offset=start)
+    expected = clipped_grad_sum(softmax_loss, params, x, y, jnp.zeros(14).at[rows].set(1.0), 0.5)
+    assert_clipped_sums_equal(expected, got)
+    assert float(got.count) == 6
+    others = np.setdiff1d(np.arange(14), rows)
+    garbage = summed(params, x.at[others].set(1e6), y, selected, 0.5, offset=start)
+    np.testing.assert_array_equal(garbage.value["w"], got.value["w"])
+    nothing = summed(params, x, y, jnp.zeros(10, bool), 0.5, offset=start)
+    assert float(nothing.count) == 0 and not np.any(np.asarray(nothing.value["w"]))
 
 
 def test_infinite_clip_is_plain_gradient_sum():
