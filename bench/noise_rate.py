@@ -5,7 +5,10 @@ is a generator's throughput. This measures, in one process on one block of ``--n
 (default 2^24 = 64 MiB):
 
 * jaxfl's noise generator, :func:`jaxfl.privacy.normal.standard_normal` (threefry2x32 on explicit
-  counters, both output words used: two normals per hash; addressable and identical on 1 and N devices),
+  counters, both output words used: two normals per hash; addressable and identical on 1 and N devices;
+  the hash written in ``jax.numpy`` ops that XLA fuses with the normal transform), and the same samples
+  with JAX's ``threefry2x32`` primitive as the hash (:func:`jaxfl.privacy.normal.normal_pairs`, what the
+  noise used before the fused hash),
 * ``jax.random.normal`` under ``jit`` for each key implementation (threefry2x32, the default key, which
   folds the hash's two words into one normal; philox4x32; rbg; unsafe_rbg),
 * NumPy's ``Generator.standard_normal(dtype=float32)`` (PCG64 + ziggurat: what a NumPy user calls),
@@ -21,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxfl.experiments.report import best_seconds, write_benchmark
-from jaxfl.privacy.normal import standard_normal
+from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
+from jaxfl.privacy.normal import normal_pairs, standard_normal
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
 
@@ -54,7 +56,17 @@ def main():
     key = jax.random.key(0)
     ours = jax.jit(lambda k: standard_normal(k, (n,)))
     rows = [make_row("jaxfl.privacy.normal.standard_normal (threefry2x32, both words; jaxfl's noise)",
-                best_seconds(lambda: ours(key).block_until_ready(), repeats=args.repeats))]
+                     best_seconds(lambda: ours(key).block_until_ready(), repeats=args.repeats))]
+
+    def primitive_hash(k):
+        even, odd = normal_pairs(jax.random.key_data(k), 0, jnp.arange(n // 2, dtype=jnp.uint32))
+        return jnp.stack([even, odd], axis=-1).reshape(-1)
+
+    primitive = jax.jit(primitive_hash)
+    if n % 2 == 0 and not bool(jnp.all(primitive(key) == ours(key))):
+        raise RuntimeError("the primitive hash's samples differ from jaxfl's generator's")
+    rows.append(make_row("the same samples, hashed by JAX's threefry2x32 primitive (jaxfl's noise before the fused "
+                         "hash)", best_seconds(lambda: primitive(key).block_until_ready(), repeats=args.repeats)))
     for impl in IMPLS:
         key = jax.random.key(0, impl=impl)
         draw = jax.jit(lambda k: jax.random.normal(k, (n,), jnp.float32))
@@ -67,7 +79,7 @@ def main():
     default = rows[0]["seconds"]
     record = {
         "benchmark": "noise_rate",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
                     "load_average_1min": os.getloadavg()[0]},
         "ratio": numpy_seconds / default,

@@ -10,10 +10,15 @@ samples per hash instead. Sample ``j`` of a draw under raw key ``k = key_data(ke
 
 (``row = 0`` for noise, the codebook row for DP-REC), so any tiling of ``j`` into even-aligned tiles gives
 bit-identical hash words, each sample can be regenerated alone, and nothing depends on the device layout or
-on JAX's ``jax_threefry_partitionable`` flag (``threefry2x32`` is called directly on explicit counters). The
-``u -> z`` map is the one ``jax.random.normal`` uses for float32; it is XLA's ``erf_inv``, which XLA:CPU in
-JAX 0.10 evaluates alike in every program, and in JAX 0.12 may round a few ulps apart between programs
-(e.g. fused under ``vmap`` against op by op).
+on JAX's ``jax_threefry_partitionable`` flag (the hash is applied directly to explicit counters). Rows
+(:func:`normal_row`, hence all noise and the REC decoder) hash with :func:`threefry2x32`, Threefry-2x32-20
+written out in ``jax.numpy`` integer ops, which XLA fuses with the ``u -> z`` map into one vectorised loop
+(1.6x the rate of JAX's ``threefry2x32`` primitive here, whose CPU lowering runs the 20 rounds as a rolled
+loop over whole arrays; ``bench/noise_rate.py``); tiles that a reduction consumes (:func:`normal_pairs`,
+DP-REC's encoder) keep the primitive, which stays out of the reduction's loop. Both give the same words
+(tested, with Random123's known answers). The ``u -> z`` map is the one ``jax.random.normal`` uses for
+float32; it is XLA's ``erf_inv``, which XLA:CPU in JAX 0.10 evaluates alike in every program, and in JAX 0.12
+may round a few ulps apart between programs (e.g. fused under ``vmap`` against op by op).
 """
 from __future__ import annotations
 
@@ -28,6 +33,30 @@ from jax.extend.random import threefry_2x32
 _LOWEST = np.nextafter(np.float32(-1.0), np.float32(0.0))
 _SQRT2 = np.float32(np.sqrt(2.0))
 _MAX_SAMPLES = 2**33  # pair counters are uint32
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+def _rotate_left(x: jnp.ndarray, bits: int) -> jnp.ndarray:
+    return (x << np.uint32(bits)) | (x >> np.uint32(32 - bits))
+
+
+def threefry2x32(key_data: jnp.ndarray, x0: jnp.ndarray, x1: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Threefry-2x32, 20 rounds (Salmon et al. 2011, as JAX's ``threefry2x32``): the two uint32 output words
+    for the counter words ``(x0, x1)`` (uint32 arrays of one shape) under ``key_data`` (``uint32[2]``).
+    Elementwise ``jax.numpy`` ops only, so XLA fuses it with its consumers."""
+    k0, k1 = key_data[0], key_data[1]
+    schedule = (k0, k1, k0 ^ k1 ^ _PARITY)
+    x0, x1 = x0 + k0, x1 + k1
+    for block in range(5):   # 5 x 4 rounds, a key injection after each 4
+        for bits in _ROTATIONS[block % 2]:
+            x0 = x0 + x1
+            x1 = _rotate_left(x1, bits) ^ x0
+        x0 = x0 + schedule[(block + 1) % 3]
+        x1 = x1 + schedule[(block + 2) % 3] + np.uint32(block + 1)
+    return x0, x1
 
 
 def normal_from_bits(bits: jnp.ndarray) -> jnp.ndarray:
@@ -52,8 +81,10 @@ def normal_pairs(key_data: jnp.ndarray, rows, pairs) -> tuple[jnp.ndarray, jnp.n
 
 def normal_row(key_data: jnp.ndarray, row, size: int) -> jnp.ndarray:
     """``float32[size]``: samples ``z[row, 0 .. size - 1]`` (``row`` may be traced); O(size) work."""
-    even, odd = normal_pairs(key_data, row, jnp.arange(-(-size // 2), dtype=jnp.uint32))
-    return jnp.stack([even, odd], axis=-1).reshape(-1)[:size]
+    pairs = jnp.arange(-(-size // 2), dtype=jnp.uint32)
+    rows = jnp.broadcast_to(jnp.asarray(row).astype(jnp.uint32), pairs.shape)
+    w0, w1 = threefry2x32(jnp.asarray(key_data, jnp.uint32), rows, pairs)
+    return jnp.stack([normal_from_bits(w0), normal_from_bits(w1)], axis=-1).reshape(-1)[:size]
 
 
 def _is_threefry(key) -> bool:

@@ -37,6 +37,31 @@ def test_numpy_reference_threefry_matches_known_answers(key, counter, expected):
     assert (int(out[0]), int(out[1])) == expected
 
 
+@pytest.mark.parametrize("key, counter, expected", [  # the same known answers
+    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+])
+def test_jnp_threefry_matches_known_answers(key, counter, expected):
+    out = jax.jit(normal.threefry2x32)(jnp.asarray(key, jnp.uint32), jnp.uint32(counter[0]), jnp.uint32(counter[1]))
+    assert (int(out[0]), int(out[1])) == expected
+
+
+def test_jnp_threefry_equals_jax_threefry_bitwise():
+    """jaxfl's hash (fusible jnp ops) gives JAX's own threefry2x32 words on random keys and counters, jitted
+    and vmapped over keys."""
+    from jax.extend.random import threefry_2x32
+
+    rng = np.random.default_rng(0)
+    keys = jnp.asarray(rng.integers(0, 2**32, (3, 2), dtype=np.uint64).astype(np.uint32))
+    x0, x1 = (jnp.asarray(rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)) for _ in range(2))
+    ours = jax.jit(jax.vmap(normal.threefry2x32, in_axes=(0, None, None)))(keys, x0, x1)
+    for i in range(3):
+        theirs = threefry_2x32(keys[i], jnp.stack([x0, x1]))
+        np.testing.assert_array_equal(ours[0][i], theirs[0])
+        np.testing.assert_array_equal(ours[1][i], theirs[1])
+
+
 def _reference_row(key_data, row, size):
     pairs = np.arange((size + 1) // 2, dtype=np.uint32)
     with np.errstate(over="ignore"):
