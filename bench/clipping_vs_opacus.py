@@ -407,7 +407,8 @@ def main(argv=None) -> int:
         "methods": methods,
         "ratio": min(r["jaxfl ghost"]["vs_opacus_ghost"] for per_batch in ratios.values() for r in per_batch.values()),
         "baseline": "Opacus ghost clipping (grad_sample_mode='ghost'), same models, batches, clip, noise and threads; "
-                    "ratio = the smallest over models and batches of jaxfl's default clipping (ghost norms) samples/s "
+                    "ratio = the smallest over models and batches of jaxfl's default clipping (ghost norms, batches in "
+                    "cache-sized microbatch slices on CPU) samples/s "
                     "/ Opacus-ghost samples/s (> 1: jaxfl faster at every row)",
         "headline": "ratios[model][batch][jaxfl method]['vs_opacus_ghost'] (jaxfl / Opacus-ghost samples/s; > 1: "
                     "jaxfl faster); 'vs_opacus_hooks_weaker_baseline' is the same against Opacus' standard hooks mode",

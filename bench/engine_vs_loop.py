@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import run_rounds
-from jaxfl.experiments.report import write_benchmark
+from jaxfl.experiments.report import cpu_model, write_benchmark
 
 SILOS, RECORDS, FEATURES, BATCH, ROUNDS = 25, 1238, 50, 443, 35
 EPSILON = 1.5  # one point of the paper's grid; only sets the noise scale
@@ -210,7 +209,7 @@ def main():
     per_run_vmapped = vmap_best / args.seeds
     record = {
         "benchmark": "engine_vs_loop",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__},
         "ratio": ratio,
         "baseline": "NumPy noisy MB-SGD vectorized over the 25 silos and each minibatch, looping over the 35 "

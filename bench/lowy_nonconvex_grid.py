@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import math
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from jaxfl.engine import grid_points, initial_state, run_rounds
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_nonconvex as N
 from jaxfl.experiments import study as S
-from jaxfl.experiments.report import write_benchmark
+from jaxfl.experiments.report import cpu_model, write_benchmark
 
 
 def table_of(program: S.Program):
@@ -159,7 +158,7 @@ def main():
     load_end = os.getloadavg()[0]
     record = {
         "benchmark": "lowy_nonconvex_grid",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
                     "load_average_1min_start": load_start, "load_average_1min_end": load_end},
         "ratio": loop_s / jaxfl_s,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 
@@ -37,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
-from jaxfl.experiments.report import best_seconds, write_benchmark
+from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
 
 SIGMA = 0.005
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters
@@ -151,7 +150,7 @@ def main(argv=None) -> int:
 
     record = {
         "benchmark": "rec_kernel",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                     "device": jax.devices()[0].platform, "jax": jax.__version__},
         "ratio": rows[-1]["ratio_bare_over_fused"],
         "baseline": f"jax.random.normal generating the same K x d = {2**args.bits} x {rows[-1]['d']} samples",
