@@ -9,6 +9,7 @@ from jaxfl.privacy.transforms import differentially_private_aggregate, gaussian_
 
 __all__ = [
     "keys", "Purpose", "SERVER", "ClippedSum", "clip_by_global_norm", "clip_update", "clipped_grad_sum",
-    "explicit_clipped_grad_sum", "selected_clipped_grad_sum", "ghost", "normal", "per_example_grads", "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
+    "explicit_clipped_grad_sum", "selected_clipped_grad_sum", "ghost", "normal", "per_example_grads",
+    "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
     "differentially_private_aggregate", "gaussian_noise", "shuffle", "mean_estimation",
 ]

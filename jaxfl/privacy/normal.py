@@ -13,7 +13,7 @@ bit-identical hash words, each sample can be regenerated alone, and nothing depe
 on JAX's ``jax_threefry_partitionable`` flag (the hash is applied directly to explicit counters). Rows
 (:func:`normal_row`, hence all noise and the REC decoder) hash with :func:`threefry2x32`, Threefry-2x32-20
 written out in ``jax.numpy`` integer ops, which XLA fuses with the ``u -> z`` map into one vectorised loop
-(1.6x the rate of JAX's ``threefry2x32`` primitive here, whose CPU lowering runs the 20 rounds as a rolled
+(1.8x the rate of JAX's ``threefry2x32`` primitive on a 2-core CPU, whose CPU lowering runs the 20 rounds as a rolled
 loop over whole arrays; ``bench/noise_rate.py``); tiles that a reduction consumes (:func:`normal_pairs`,
 DP-REC's encoder) keep the primitive, which stays out of the reduction's loop. Both give the same words
 (tested, with Random123's known answers). The ``u -> z`` map is the one ``jax.random.normal`` uses for
