@@ -41,7 +41,7 @@ from jaxfl.accounting.events import RoundScheduleDpEvent, clipped_sum_gaussian
 from jaxfl.algorithms.async_schedules import StepSize
 from jaxfl.algorithms.async_timeline import Timeline
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, SiloState
-from jaxfl.privacy import keys
+from jaxfl.privacy import keys, uniform
 from jaxfl.privacy.clipping import selected_clipped_grad_sum
 from jaxfl.privacy.noise import gaussian_like
 
@@ -152,7 +152,7 @@ class _Client(NamedTuple):
             h = start + j
             lo, hi = (h * count) // size, ((h + 1) * count) // size
             draw = keys.step_key(client_key, h, keys.Purpose.MINIBATCH)
-            take = (lo + jnp.arange(block) < hi) & (jax.random.uniform(draw, (block,)) < rate)
+            take = (lo + jnp.arange(block) < hi) & (uniform.uniform(draw, (block,)) < rate)
             g = selected_clipped_grad_sum(self.loss_fn, model, x, y, take, self.clip_norm, chunk=self.chunk,
                                           offset=lo).value
             return j + 1, _tmap(lambda p, gi: p + eta * gi, partial, g)

@@ -45,7 +45,7 @@ from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy, ServerState
 from jaxfl.accounting.events import PvecDpEvent, ShuffledGaussianDpEvent
 from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
-from jaxfl.privacy import shuffle
+from jaxfl.privacy import shuffle, uniform
 from jaxfl.privacy.clipping import clip_update, clipped_grad_sum, per_example_grads
 from jaxfl.privacy.noise import add_gaussian_noise
 
@@ -627,7 +627,7 @@ def one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key)
     order_key = jax.random.wrap_key_data(jnp.where(round_index == 0, jax.random.key_data(silo_key),
                                                    jax.random.key_data(stored)))
     order_key = keys_lib.step_key(order_key, 0, keys_lib.Purpose.SHUFFLE)
-    score = jnp.where(jnp.arange(x.shape[0]) < count, jax.random.uniform(order_key, (x.shape[0],)), 2.0)
+    score = jnp.where(jnp.arange(x.shape[0]) < count, uniform.uniform(order_key, (x.shape[0],)), 2.0)
     idx = jnp.argsort(score)[jnp.clip(round_index * k + jnp.arange(k), 0, x.shape[0] - 1)]
     fresh = (round_index + 1) * k <= count
     return local.Batch(x[idx], y[idx], jnp.full((k,), fresh, jnp.float32), jnp.asarray(k, jnp.float32))

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy import keys as keys_lib, uniform
 from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum, selected_clipped_grad_sum
 from jaxfl.privacy.microbatch import microbatch_size, microbatch_sum
 from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
@@ -67,9 +67,9 @@ class Sampler(NamedTuple):
         """The step's randomness: indices ``int32[batch_size]``, a ``bool[max_records]`` Poisson mask,
         or ``None`` (full batch)."""
         if self.kind == "with_replacement":
-            return jax.random.randint(key, (self.batch_size,), 0, jnp.maximum(count, 1))
+            return uniform.randint(key, (self.batch_size,), 0, jnp.maximum(count, 1))
         if self.kind == "poisson":
-            return jax.random.bernoulli(key, self.rate, (max_records,))
+            return uniform.bernoulli(key, self.rate, (max_records,))
         if self.kind == "full":
             return None
         raise ValueError(f"unknown sampler kind {self.kind!r}")
@@ -81,8 +81,7 @@ class Sampler(NamedTuple):
             return Batch(x[drawn], y[drawn], w, jnp.asarray(self.batch_size, jnp.float32))
         real = jnp.arange(x.shape[0]) < count
         if self.kind == "poisson":
-            denom = jnp.maximum(self.rate * count.astype(jnp.float32), 1e-12)
-            return Batch(x, y, (drawn & real).astype(jnp.float32), denom)
+            return Batch(x, y, (drawn & real).astype(jnp.float32), poisson_denominator(self.rate, count))
         if self.kind == "full":
             return Batch(x, y, real.astype(jnp.float32), jnp.maximum(count, 1).astype(jnp.float32))
         raise ValueError(f"unknown sampler kind {self.kind!r}")
@@ -95,6 +94,14 @@ class Sampler(NamedTuple):
         if self.kind == "poisson":
             return dp_accounting.PoissonSampledDpEvent(float(self.rate), gaussian)
         return gaussian
+
+
+def poisson_denominator(rate, count):
+    """What a Poisson-sampled clipped sum is divided by: the expected batch size ``rate * count`` (floored
+    at 1e-12), and 1 for a silo without records, whose sum is 0 and whose message is then the noise at its
+    own scale ``z C`` rather than that noise times 1e12."""
+    count = jnp.asarray(count)
+    return jnp.where(count > 0, jnp.maximum(rate * count.astype(jnp.float32), 1e-12), 1.0)
 
 
 def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int | None = None) -> Sampler:
@@ -159,8 +166,7 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
     if sampler.chunk is not None:
         selected = minibatch & (jnp.arange(x.shape[0]) < count)
         summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk)
-        denominator = jnp.maximum(sampler.rate * count.astype(jnp.float32), 1e-12)
-        return _noisy_mean(summed, unit_noise, denominator, clip_norm, noise_multiplier)
+        return _noisy_mean(summed, unit_noise, poisson_denominator(sampler.rate, count), clip_norm, noise_multiplier)
     return _privatize(loss_fn, params, sampler.take(minibatch, x, y, count), unit_noise,
                       clip_norm=clip_norm, noise_multiplier=noise_multiplier)
 
@@ -305,7 +311,7 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
     steps_per_epoch = (count + batch_size - 1) // batch_size
 
     def order(epoch):
-        u = jax.random.uniform(keys_lib.step_key(silo_key, epoch, keys_lib.Purpose.MINIBATCH), (max_records,))
+        u = uniform.uniform(keys_lib.step_key(silo_key, epoch, keys_lib.Purpose.MINIBATCH), (max_records,))
         return jnp.argsort(jnp.where(real, u, 2.0))  # a uniform permutation of the real records, padding last
 
     orders = jax.vmap(order)(jnp.arange(epochs))

@@ -87,10 +87,16 @@ def normal_row(key_data: jnp.ndarray, row, size: int) -> jnp.ndarray:
     return jnp.stack([normal_from_bits(w0), normal_from_bits(w1)], axis=-1).reshape(-1)[:size]
 
 
-def _is_threefry(key) -> bool:
+def is_threefry(key) -> bool:
+    """Whether ``key`` is a threefry key: typed, or a raw (legacy) ``uint32[2]``."""
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return str(jax.random.key_impl(key)) == "threefry2x32"
-    return key.shape[-1:] == (2,) and jnp.dtype(key.dtype) == jnp.uint32  # a raw (legacy) threefry key
+        return key.shape == () and str(jax.random.key_impl(key)) == "threefry2x32"
+    return key.shape == (2,) and jnp.dtype(key.dtype) == jnp.uint32
+
+
+def raw_key_data(key) -> jnp.ndarray:
+    """``uint32[2]`` words of a threefry key (typed or raw)."""
+    return jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
 
 
 def standard_normal(key: jax.Array, shape, dtype=jnp.float32) -> jnp.ndarray:
@@ -99,7 +105,6 @@ def standard_normal(key: jax.Array, shape, dtype=jnp.float32) -> jnp.ndarray:
     dtypes (e.g. float64 under ``jax_enable_x64``) use ``jax.random.normal``."""
     shape = tuple(int(s) for s in shape)
     size = math.prod(shape)
-    if not _is_threefry(key) or jnp.dtype(dtype) != jnp.float32 or size >= _MAX_SAMPLES:
+    if not is_threefry(key) or jnp.dtype(dtype) != jnp.float32 or size >= _MAX_SAMPLES:
         return jax.random.normal(key, shape, dtype)
-    data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-    return normal_row(data, 0, size).reshape(shape)
+    return normal_row(raw_key_data(key), 0, size).reshape(shape)

@@ -37,3 +37,19 @@ def test_chunk_needs_a_poisson_rate():
         local.make_sampler(batch_size=4, chunk=2)
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         local.make_sampler(sampling_rate=0.5, chunk=0)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_a_silo_without_records_sends_noise_at_its_own_scale(chunk):
+    """count = 0: the clipped sum is 0 and is divided by 1 (not by the 1e-12 floor of ``rate * count``), so
+    the message is exactly ``z C`` times the step's unit noise."""
+    x, y = jnp.ones((8, 4)), jnp.zeros(8)
+    params = {"w": jnp.ones((4, 3)), "v": jnp.ones(3)}
+    key, clip, z = jax.random.key(5), 0.5, 1.2
+    sampler = local.make_sampler(sampling_rate=0.3, chunk=chunk)
+    grad, _ = jax.jit(lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 1, sampler=sampler, clip_norm=clip,
+                                                     noise_multiplier=z))(0)
+    unit = local.step_draws(sampler, key, 0, 8, params, z)(1)[1]
+    for g, u in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(unit)):
+        np.testing.assert_allclose(g, z * clip * u, rtol=1e-6)
+    assert float(local.poisson_denominator(0.3, 10)) == pytest.approx(3.0)
