@@ -47,6 +47,13 @@ def _shape(shape) -> tuple[int, ...]:
     return (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
 
 
+def _is_int32(value) -> bool:
+    """A Python / NumPy int within int32, or an int32 array."""
+    if isinstance(value, (int, np.integer)):
+        return _INT32.min <= value <= _INT32.max
+    return jnp.asarray(value).dtype == jnp.int32
+
+
 def _unit_floats(bits: jnp.ndarray) -> jnp.ndarray:
     """float32 in [0, 1) from the top 23 bits, as ``jax.random.uniform``."""
     return lax.bitcast_convert_type((bits >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - np.float32(1.0)
@@ -76,9 +83,8 @@ def randint(key, shape, minval, maxval) -> jnp.ndarray:
     arithmetic, ``s = maxval - minval`` (1 where ``maxval <= minval``), ``m = (2**16 mod s)**2 mod s``, ``hi`` /
     ``lo`` the words of the key's two halves."""
     shape = _shape(shape)
-    in_range = all(isinstance(v, (int, np.integer)) and _INT32.min <= v <= _INT32.max or
-                   not isinstance(v, (int, np.integer)) and jnp.asarray(v).dtype == jnp.int32 for v in (minval, maxval))
-    if not _fast(key) or not in_range or jax.config.jax_enable_x64 or math.prod(shape) >= 2**32:
+    int32_bounds = _is_int32(minval) and _is_int32(maxval)
+    if not _fast(key) or not int32_bounds or jax.config.jax_enable_x64 or math.prod(shape) >= 2**32:
         return jax.random.randint(key, shape, minval, maxval)
     low, high = (jnp.broadcast_to(jnp.asarray(b).astype(jnp.int32), shape) for b in (minval, maxval))
     k1, k2 = _split2(raw_key_data(key))

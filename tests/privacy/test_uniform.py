@@ -66,3 +66,14 @@ def test_other_keys_and_dtypes_go_to_jax_random():
     key = jax.random.key(3)
     p16 = jnp.asarray(0.5, jnp.bfloat16)
     _equal(uniform.bernoulli(key, p16, (9,)), jax.random.bernoulli(key, p16, (9,)))
+
+
+def test_the_original_threefry_layout_goes_to_jax_random():
+    """With ``jax_threefry_partitionable`` off JAX lays out its words differently; the draws follow it."""
+    key = jax.random.key(3)
+    with jax.threefry_partitionable(False):
+        _equal(uniform.randint(key, (9,), 0, 50), jax.random.randint(key, (9,), 0, 50))
+        _equal(uniform.bernoulli(key, 0.5, (9,)), jax.random.bernoulli(key, 0.5, (9,)))
+        original = uniform.uniform(key, (9,))
+        _equal(original, jax.random.uniform(key, (9,)))
+    assert not np.array_equal(np.asarray(original), np.asarray(uniform.uniform(key, (9,))))
