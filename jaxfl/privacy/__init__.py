@@ -1,6 +1,6 @@
 """Privacy primitives: keyed randomness, per-example clipping, Gaussian noise, optax transforms, private mean
 estimation."""
-from jaxfl.privacy import ghost, keys, mean_estimation, normal, shuffle
+from jaxfl.privacy import ghost, keys, mean_estimation, normal, shuffle, uniform
 from jaxfl.privacy.clipping import (ClippedSum, clip_by_global_norm, clip_update, clipped_grad_sum,
                                     explicit_clipped_grad_sum, per_example_grads, selected_clipped_grad_sum)
 from jaxfl.privacy.keys import SERVER, Purpose
@@ -11,5 +11,5 @@ __all__ = [
     "keys", "Purpose", "SERVER", "ClippedSum", "clip_by_global_norm", "clip_update", "clipped_grad_sum",
     "explicit_clipped_grad_sum", "selected_clipped_grad_sum", "ghost", "normal", "per_example_grads",
     "add_gaussian_noise", "gaussian_like", "noisy_clipped_mean", "unit_noise_like",
-    "differentially_private_aggregate", "gaussian_noise", "shuffle", "mean_estimation",
+    "differentially_private_aggregate", "gaussian_noise", "shuffle", "mean_estimation", "uniform",
 ]
