@@ -1,4 +1,4 @@
-"""Seed 002's whole MNIST grid as jaxfl's vmapped programs, against the same runs one at a time.
+"""Seed 002's whole MNIST (or CIFAR-10) grid as jaxfl's vmapped programs, against the same runs one at a time.
 
 The grid (§6.1; ``jaxfl reproduce lowy-nonconvex/mnist``): N = 25 digit-pair silos of n = 1238 records,
 PCA-50 features, MLP 50-64-1; (M, R) in {12, 25} x {25, 50}; K = 606 (R = 25) / 428 (R = 50); per
@@ -22,9 +22,14 @@ A run's cost depends on the algorithm, M, R and q only (not on epsilon, step siz
 the clients of the M participants only), which is what makes the extrapolation valid: every (M, R) panel
 is timed.
 
-Usage: python bench/lowy_nonconvex_grid.py [--quick] [--trials 3] [--reps 2] [--out ...]
-(``--quick``: the quick form's data (40 images per digit) and R = 4, a few seconds per program; written to
-``runs/bench/lowy_nonconvex_grid.quick.json``, never over the full record.)
+``--study cifar10`` times ``jaxfl reproduce lowy-nonconvex/cifar10``'s grid the same way (the CIFAR CNN,
+10 one-class silos of the offline subset, (M, R) in {(10, 50), (10, 100)}, q up to 8; written to
+``bench/results/lowy_nonconvex_grid_cifar10.json``): what its full form would take on this machine.
+
+Usage: python bench/lowy_nonconvex_grid.py [--study mnist|cifar10] [--quick] [--trials 3] [--reps 2]
+[--timed-calls 3] [--out ...]
+(``--quick``: the study's quick form (MNIST: 40 images per digit and R = 4), a few seconds per program;
+written under ``runs/bench/``, never over the full record.)
 """
 from __future__ import annotations
 
@@ -44,6 +49,11 @@ from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.e
 from jaxfl.experiments import lowy_nonconvex as N
 from jaxfl.experiments import study as S
 from jaxfl.experiments.report import cpu_model, write_benchmark
+
+
+STUDIES = {"mnist": N.MNIST, "cifar10": N.CIFAR10}
+FORMS = {"mnist": "full (the paper's MNIST grid, §6.1)",
+         "cifar10": "full (the paper's CIFAR-10 grid, §6.2, on the offline subset of ~400 images per silo)"}
 
 
 def table_of(program: S.Program):
@@ -113,6 +123,7 @@ def bench_program(study, family, program, trial, args) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", choices=sorted(STUDIES), default="mnist")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--reps", type=int, default=2)
@@ -121,11 +132,11 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     root = Path(__file__).resolve().parent
+    name = "lowy_nonconvex_grid" + ("" if args.study == "mnist" else f"_{args.study}")
     out_path = Path(args.out) if args.out else (
-        root.parent / "runs" / "bench" / "lowy_nonconvex_grid.quick.json" if args.quick
-        else root / "results" / "lowy_nonconvex_grid.json")
+        root.parent / "runs" / "bench" / f"{name}.quick.json" if args.quick else root / "results" / f"{name}.json")
     load_start = os.getloadavg()[0]
-    study = dataclasses.replace(N.MNIST.form_of(args.quick), reps=args.reps, trials=args.trials)
+    study = dataclasses.replace(STUDIES[args.study].form_of(args.quick), reps=args.reps, trials=args.trials)
     t0 = time.perf_counter()
     trial = study.data(study, 0)
     data_s = time.perf_counter() - t0
@@ -157,7 +168,7 @@ def main():
     loop_s = sum(r["loop_seconds"] for r in rows)
     load_end = os.getloadavg()[0]
     record = {
-        "benchmark": "lowy_nonconvex_grid",
+        "benchmark": name,
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
                     "load_average_1min_start": load_start, "load_average_1min_end": load_end},
@@ -175,7 +186,7 @@ def main():
                  "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
                  "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
                  "runs": sum(r["runs"] for r in rows), "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
-                 "form": "QUICK (tiny settings)" if args.quick else "full (the paper's MNIST grid, §6.1)"},
+                 "form": "QUICK (tiny settings)" if args.quick else FORMS[args.study]},
         "rows": rows,
         "notes": [
             f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end (2 shared cores; "
