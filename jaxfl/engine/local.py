@@ -48,7 +48,8 @@ class Sampler(NamedTuple):
 
     ``kind`` is ``"with_replacement"`` (``batch_size`` uniform draws, seed 000's sampling; fixed
     shape, O(batch) work), ``"poisson"`` (each record with probability ``rate``; O(max_records)
-    work; divided by the expected size ``rate * count``) or ``"full"`` (all records). A Poisson sampler
+    work; divided by the expected size ``rate * count``, 1 for a silo without records:
+    :func:`poisson_denominator`) or ``"full"`` (all records). A Poisson sampler
     with ``chunk`` gathers the sampled records and takes their gradients ``chunk`` at a time, as many
     chunks as the draw needs (the same sample and sum, O(sampled records) gradient work: for rates well
     below 1 on large silos) in :func:`noisy_gradient`; :meth:`take` still gives the whole masked batch.
