@@ -278,7 +278,7 @@ def main():
             "seconds_best": {name: min(times[f"part: {name}"]) for name in parts},
             "note": "parts of one jaxfl run (best of the repeats, interleaved with the contenders), each its own "
                     "jitted program: the run's index draws; the minibatch gathers alone (summed per batch); the "
-                    "gathers with the library's clipped sums. 'gathers + clipped sums' less the one-run time "
+                    "gathers with the library's clipped sums. The one-run time less 'gathers + clipped sums' "
                     "leaves the draws, the noise and the update; compare each with the 10x target "
                     "(NumPy best / 10)",
         },
