@@ -160,7 +160,9 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
       accountant: ``"rdp"`` or ``"pld"`` for the privacy ledger (private algorithms only).
       target_epsilon, delta: stop before the round that would exceed ``(target_epsilon, delta)``;
         ``delta`` may be per silo (e.g. ``1/n_i^2``). ``delta`` alone just reports epsilon.
-      metrics_path: JSONL file appended to at every evaluation.
+      metrics_path: JSONL file appended to at every evaluation. Each record's ``wall_seconds`` counts the
+        run's seconds since round 0, summed over the sittings of a resumed run (the checkpoint stores them;
+        a checkpoint written before jaxfl recorded them restarts the count at the resumed round).
       checkpoint_dir: orbax checkpoints after every chunk; an existing checkpoint is resumed.
       mesh: a ``"silos"`` mesh (see :func:`jaxfl.engine.sharding.silo_mesh`) to shard silos over. Several
         processes (``jax.distributed``): a mesh over all processes' devices, every process calling ``train``
@@ -194,7 +196,7 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     state = initial_state(algorithm, params, data.num_silos)
     if mesh is not None:
         state = sharding.shard_silo_state(state, mesh)
-    start = 0
+    start, seconds_before = 0, 0.0
     writer = MetricsWriter(metrics_path)
     ckpt = Checkpointer(checkpoint_dir) if checkpoint_dir is not None else None
     run_id = {"algorithm": algorithm.name, "key": np.asarray(jax.random.key_data(root)).ravel().tolist()}
@@ -203,7 +205,7 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
         if {k: meta.get(k) for k in run_id} != run_id:
             raise ValueError(f"checkpoint in {checkpoint_dir} belongs to another run (algorithm "
                              f"{meta.get('algorithm')!r}, key {meta.get('key')}); this run is {run_id}")
-        start = int(meta["round"])
+        start, seconds_before = int(meta["round"]), float(meta.get("wall_seconds", 0.0))
         if ledger is not None:
             ledger.record(start)
         writer.truncate_after(start)
@@ -236,11 +238,11 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                     record["silos"] = {k: np.asarray(v)[:num_silos].astype(float).tolist() for k, v in per_silo.items()}
                 if ledger is not None:
                     record["epsilon"] = float(ledger.epsilon(delta))
-                record["wall_seconds"] = time.perf_counter() - t0
+                record["wall_seconds"] = seconds_before + time.perf_counter() - t0
                 writer.write(record)
                 history.append(record)
                 if ckpt is not None:
-                    ckpt.save(r, state, {"round": r, **run_id})
+                    ckpt.save(r, state, {"round": r, **run_id, "wall_seconds": record["wall_seconds"]})
                 bar.update(n)
                 if target_epsilon is not None and r < rounds and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0:
                     stop_reason = "budget"

@@ -511,7 +511,9 @@ def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial
                                     if isinstance(v, (int, float)) and k not in skip},
                         "epsilon_spent": float(np.max(np.atleast_1d(result.epsilon))) if result.epsilon is not None
                         else math.inf,
-                        "wall_seconds": time.perf_counter() - t0, "rounds": program.rounds, "history": history})
+                        # the run's own seconds summed over its sittings (a resumed run), else this sitting's
+                        "wall_seconds": float(final.get("wall_seconds", time.perf_counter() - t0)),
+                        "rounds": program.rounds, "history": history})
             if family.describe is not None:
                 row.update(family.describe(study, panel, trial, program, row))
             rows.append(row)

@@ -116,6 +116,20 @@ def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
 
 
 @pytest.mark.slow
+def test_resumed_run_counts_seconds_from_round_zero(tmp_path, small_data, monkeypatch):
+    """``wall_seconds`` of a resumed run continues the killed sitting's count (a clock that ticks 1 s per
+    reading makes it exact)."""
+    from jaxfl.engine import driver
+    ticks = iter(range(1000))
+    monkeypatch.setattr(driver, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: float(next(ticks)))}))
+    kw = dict(rounds=6, key=3, eval_every=2, progress=False, metrics_path=tmp_path / "m.jsonl",
+              checkpoint_dir=tmp_path / "ckpt")
+    train(_dp_sgd(), small_data, init_linear(5), **{**kw, "rounds": 4})   # readings 0 (start), 1, 2
+    train(_dp_sgd(), small_data, init_linear(5), **kw)                    # readings 3 (start), 4
+    assert [r["wall_seconds"] for r in read_metrics(tmp_path / "m.jsonl")] == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.slow
 def test_chunking_does_not_change_results(small_data):
     alg = local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, batch_size=4, clip_norm=1.0,
                     noise_multiplier=0.8, silos_per_round=3)
