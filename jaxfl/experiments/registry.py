@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "noise_rate": "Gaussian noise draws: normals/s of JAX's key implementations vs NumPy, beside the write bandwidth",
     "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, clients vmapped vs one at a time; PyTorch baseline",
     "clipping_vs_opacus": "DP-SGD step samples/s: jaxfl per-example clipping (vmap, ghost) vs Opacus hooks and ghost clipping",
+    "pinned_runs": "a study's independent runs one per core (pinned) vs one after the other on all cores: rounds/s of dprec/mnist",
     "async_clients": "seed 003's asynchronous protocol with 16..4096 simulated clients: compiled slices vs NumPy on the same timeline",
     "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine (no timing)",
 }
