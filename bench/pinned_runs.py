@@ -16,7 +16,7 @@ all cores: > 1 means running a study's runs one per core finishes it sooner. The
 Results differ at float rounding between the two ways (XLA:CPU splits reductions by the cores it may use;
 README "Sharp edges"): a run is bitwise reproducible only the way it ran. Linux only (``sched_setaffinity``).
 
-Usage: python bench/pinned_runs.py [--repeats 3] [--trials 2] [--out bench/results/pinned_runs.json]
+Usage: python bench/pinned_runs.py [--repeats 3] [--trials 3] [--out bench/results/pinned_runs.json]
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def run_workers(method: str, cores: list[int | None], repeats: int) -> list[floa
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per subprocess")
-    parser.add_argument("--trials", type=int, default=2, help="alternations of the two ways")
+    parser.add_argument("--trials", type=int, default=3, help="alternations of the two ways")
     parser.add_argument("--out", default="bench/results/pinned_runs.json")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--core", type=int, help=argparse.SUPPRESS)
@@ -87,15 +87,19 @@ def main(argv=None) -> int:
 
     rows = []
     for method in METHODS:
-        alone, pinned = float("inf"), [float("inf")] * len(cores)
+        trials = []
         for _ in range(args.trials):   # the two ways alternate; each keeps its best
-            alone = min(alone, *run_workers(method, [None], args.repeats))
-            pinned = [min(a, b) for a, b in zip(pinned, run_workers(method, cores, args.repeats))]
+            trials.append({"one_run_all_cores": run_workers(method, [None], args.repeats)[0],
+                           "one_per_core_pinned": run_workers(method, cores, args.repeats)})
+        alone = min(t["one_run_all_cores"] for t in trials)
+        pinned = [min(t["one_per_core_pinned"][i] for t in trials) for i in range(len(cores))]
         ratio = sum(1.0 / s for s in pinned) / (1.0 / alone)
+        per_trial = [sum(1.0 / s for s in t["one_per_core_pinned"]) * t["one_run_all_cores"] for t in trials]
         rows.append({"method": method, "one_run_all_cores_seconds": alone, "one_per_core_pinned_seconds": pinned,
-                     "ratio": ratio})
+                     "ratio": ratio, "ratio_per_trial": per_trial, "trials": trials})
         print(f"{method} round: one run on {len(cores)} cores {alone:.2f} s; {len(cores)} runs pinned one per core "
-              + ", ".join(f"{s:.2f}" for s in pinned) + f" s each; throughput ratio {ratio:.2f}", flush=True)
+              + ", ".join(f"{s:.2f}" for s in pinned) + f" s each; throughput ratio {ratio:.2f} (per trial "
+              + ", ".join(f"{r:.2f}" for r in per_trial) + ")", flush=True)
 
     record = {
         "benchmark": "pinned_runs",
@@ -107,7 +111,8 @@ def main(argv=None) -> int:
         "rows": rows,
         "repeats": args.repeats, "trials": args.trials,
         "notes": "each way in fresh subprocesses: compile, one warm-up round, best of repeats rounds; the ways "
-                 "alternate trials times, each keeping its best. Results differ "
+                 "alternate trials times, each keeping its best (ratio); ratio_per_trial: each alternation's own ratio, the "
+                 "spread. Results differ "
                  "at float rounding between the ways (XLA:CPU splits reductions by the cores it may use).",
     }
     print(f"wrote {write_benchmark(record, args.out)}")
