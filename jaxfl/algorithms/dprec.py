@@ -38,6 +38,7 @@ from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_slot_round
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clip_update
+from jaxfl.privacy.microbatch import check_microbatch
 
 
 class DpRecState(NamedTuple):
@@ -88,7 +89,7 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients
            prior_std: float, clip_multiplier: float, local_epochs: int = 1,
            layout: rec.BlockLayout | Callable[[object], rec.BlockLayout] | None = None,
            server_opt: optax.GradientTransformation | None = None, clients_per_pass: int | None = None,
-           name: str = "dp_rec") -> FederatedAlgorithm:
+           microbatch="auto", name: str = "dp_rec") -> FederatedAlgorithm:
     """Builds DP-REC.
 
     Args:
@@ -107,8 +108,13 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients
       server_opt: optax transformation applied to ``-mean decoded update`` (default ``optax.sgd(1.0)``).
       clients_per_pass: run the ``B`` slots this many at a time instead of all under one ``vmap``
         (:func:`jaxfl.engine.rounds.make_slot_round`; ``1`` is fastest on CPU for convolutional models).
+      microbatch: each local step's gradient taken in slices of this many records: ``"auto"``
+        (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
+        (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
+        same result to float rounding, the same privacy.
     """
     b = checks.positive_int("clients_per_round", clients_per_round)
+    microbatch = check_microbatch(microbatch)
     sigma = checks.positive_float("prior_std", prior_std)
     c = checks.positive_float("clip_multiplier", clip_multiplier)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
@@ -125,7 +131,7 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients
 
     def client(params, x, y, count, slot_key):
         trained, train_loss = local.local_epochs(loss_fn, params, x, y, count, slot_key, client_opt=client_opt,
-                                                 batch_size=batch_size, epochs=local_epochs)
+                                                 batch_size=batch_size, epochs=local_epochs, microbatch=microbatch)
         update = jax.tree_util.tree_map(jnp.subtract, trained, params)
         clipped, norm = clip_update(update, c * sigma)
         seed = client_seed(slot_key)

@@ -80,7 +80,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
                  sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
                  noise_on: str = "all", shared_gradient_at: str = "current", chunk: int | None = None,
-                 name: str | None = None) -> FederatedAlgorithm:
+                 microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Shared body + per-silo private parameters (FedPer-style joint local training; seed 001's regimes).
 
     Every silo's private part starts at the initial params' private leaves. Per round each participant
@@ -89,7 +89,8 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
     private part and sends the shared delta only; the server applies ``server_opt`` (default
     ``optax.sgd(1.0)``) to the mean delta. ``state.params`` is the shared model (private leaves at their
     initial values); ``silo_params(state)`` is every silo's own model. With ``sampling_rate``, ``chunk``
-    takes the Poisson sample's gradients that many records at a time (:class:`jaxfl.engine.local.Sampler`).
+    takes the Poisson sample's gradients that many records at a time (:class:`jaxfl.engine.local.Sampler`);
+    ``microbatch`` slices each step's clipped sums as in :func:`jaxfl.algorithms.sgd.minibatch_sgd`.
 
     The split may put every leaf on one side: all private is per-silo training (nothing is sent; the
     server's model never moves), all shared is Local SGD / FedAvg on the whole model (DP-SGD steps with
@@ -118,7 +119,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
         and its own data).
     """
     private = check_private_args(clip_norm, noise_multiplier)
-    sampler = local.make_sampler(batch_size, sampling_rate, chunk)
+    sampler = local.make_sampler(batch_size, sampling_rate, chunk, microbatch=microbatch)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     num_steps = checks.positive_int("local_steps", local_steps)
     checks.one_of("noise_on", noise_on, ("all", "shared"))

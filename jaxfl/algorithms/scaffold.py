@@ -45,7 +45,7 @@ def _with_gradient_sum(client_opt: optax.GradientTransformation) -> optax.Gradie
 
 def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
              server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
-             sampling_rate=None, silos_per_round=None, name: str | None = None) -> FederatedAlgorithm:
+             sampling_rate=None, silos_per_round=None, microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """SCAFFOLD with control variates option II.
 
     Each participating silo ``i`` receives ``(x, c)``, runs ``local_steps = K`` steps of ``client_opt``
@@ -66,8 +66,11 @@ def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: 
     Adam, schedules, ...): no learning rate is needed, and for ``optax.sgd(eta_l)`` it equals the paper's
     formula up to floating-point rounding. The corrected gradient is what ``client_opt`` receives, so the
     client optimizer stays an ordinary optax transformation.
+
+    ``microbatch``: each step's gradient taken in slices of records, as in
+    :func:`jaxfl.algorithms.sgd.minibatch_sgd`.
     """
-    sampler = local.make_sampler(batch_size, sampling_rate)
+    sampler = local.make_sampler(batch_size, sampling_rate, microbatch=microbatch)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     num_steps = checks.positive_int("local_steps", local_steps)
 

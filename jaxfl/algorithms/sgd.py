@@ -22,7 +22,8 @@ from jaxfl.engine.rounds import make_round
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
                   sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0,
-                  silos_per_round=None, projection=None, name: str | None = None) -> FederatedAlgorithm:
+                  silos_per_round=None, projection=None, microbatch="auto",
+                  name: str | None = None) -> FederatedAlgorithm:
     """Distributed minibatch SGD; with ``noise_multiplier > 0`` it is ISRL-DP noisy MB-SGD.
 
     Per round, each participating silo ``i`` samples a minibatch (``batch_size`` draws with
@@ -44,6 +45,10 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
         participation callable from :mod:`jaxfl.engine.participation`.
       projection: ``params -> params`` applied after each server step (seed 000's ``Pi_W``), e.g.
         ``lambda p: optax.projections.projection_l2_ball(p, radius)``. Post-processing: no privacy cost.
+      microbatch: each step's clipped sum (or gradient) taken in slices of this many records: ``"auto"``
+        (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
+        (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
+        same result to float rounding, the same privacy.
 
     Privacy (add/remove-one record in a silo, each silo's own transcript; silo sizes ``n_i`` are
     public, as the normalization by the expected batch size assumes): per round, one sampled
@@ -54,7 +59,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
     private = check_private_args(clip_norm, noise_multiplier)
     scheduled = isinstance(sampling_rate, PerRound)
     rates = _per_round_rates(sampling_rate.values) if scheduled else None
-    sampler = local.make_sampler(batch_size, 1.0 if scheduled else sampling_rate)
+    sampler = local.make_sampler(batch_size, 1.0 if scheduled else sampling_rate, microbatch=microbatch)
 
     shared_z, silo_z = per_silo_noise(noise_multiplier)
 
@@ -91,18 +96,18 @@ def _per_round_rates(values) -> np.ndarray:
 def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
               server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
               sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
-              projection=None, name: str | None = None) -> FederatedAlgorithm:
+              projection=None, microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Local SGD / FedAvg; with ``noise_multiplier > 0`` every local step is clipped and noised.
 
     Each participating silo runs ``local_steps`` steps of ``client_opt`` from the server model
     (under ``lax.scan``) and sends ``w - w_local``; the server applies ``server_opt`` (default
     ``optax.sgd(1.0)``, i.e. plain model averaging) to the mean of those deltas, then ``projection``
-    (see :func:`minibatch_sgd`).
+    (see :func:`minibatch_sgd`; the other arguments, ``microbatch`` included, as there).
 
     Privacy: per round, each silo's transcript composes ``local_steps`` sampled Gaussians.
     """
     private = check_private_args(clip_norm, noise_multiplier)
-    sampler = local.make_sampler(batch_size, sampling_rate)
+    sampler = local.make_sampler(batch_size, sampling_rate, microbatch=microbatch)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     checks.positive_int("local_steps", local_steps)
 

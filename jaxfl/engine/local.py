@@ -27,7 +27,7 @@ import optax
 
 from jaxfl.privacy import keys as keys_lib, uniform
 from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum, selected_clipped_grad_sum
-from jaxfl.privacy.microbatch import microbatch_size, microbatch_sum
+from jaxfl.privacy.microbatch import check_microbatch, microbatch_size, microbatch_sum
 from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
 
 DRAW_AHEAD_ELEMENTS = 1 << 18
@@ -53,6 +53,9 @@ class Sampler(NamedTuple):
     with ``chunk`` gathers the sampled records and takes their gradients ``chunk`` at a time, as many
     chunks as the draw needs (the same sample and sum, O(sampled records) gradient work: for rates well
     below 1 on large silos) in :func:`noisy_gradient`; :meth:`take` still gives the whole masked batch.
+    ``microbatch`` is how :func:`noisy_gradient` takes the step's clipped sum: in slices of that many records
+    (``"auto"``, ``None`` or an int: :func:`jaxfl.privacy.microbatch.microbatch_size`); it changes memory and
+    speed, not the sample or (beyond float rounding) the sum.
     ``sampler(key, x, y, count)`` is ``sampler.take(sampler.draw(key, count, len(x)), x, y, count)``.
     """
 
@@ -60,6 +63,7 @@ class Sampler(NamedTuple):
     batch_size: int | None = None
     rate: Any = None
     chunk: int | None = None
+    microbatch: Any = "auto"
 
     def __call__(self, key, x, y, count) -> Batch:
         return self.take(self.draw(key, count, x.shape[0]), x, y, count)
@@ -105,9 +109,15 @@ def poisson_denominator(rate, count):
     return jnp.where(count > 0, jnp.maximum(rate * count.astype(jnp.float32), 1e-12), 1.0)
 
 
-def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int | None = None) -> Sampler:
+def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int | None = None,
+                 microbatch="auto") -> Sampler:
     """``batch_size`` -> with-replacement sampler; ``sampling_rate`` -> Poisson (gradients ``chunk`` sampled
-    records at a time when given: see :class:`Sampler`); neither -> full batch."""
+    records at a time when given: see :class:`Sampler`); neither -> full batch. ``microbatch``: how the
+    step's clipped sum is sliced (:class:`Sampler`)."""
+    return _sampler(batch_size, sampling_rate, chunk)._replace(microbatch=check_microbatch(microbatch))
+
+
+def _sampler(batch_size, sampling_rate, chunk) -> Sampler:
     if batch_size is not None and sampling_rate is not None:
         raise ValueError("give batch_size or sampling_rate, not both")
     if chunk is not None:
@@ -166,24 +176,27 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
     minibatch, unit_noise = drawn
     if sampler.chunk is not None:
         selected = minibatch & (jnp.arange(x.shape[0]) < count)
-        summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk)
+        summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk,
+                                           microbatch=sampler.microbatch)
         return _noisy_mean(summed, unit_noise, poisson_denominator(sampler.rate, count), clip_norm, noise_multiplier)
     return _privatize(loss_fn, params, sampler.take(minibatch, x, y, count), unit_noise,
-                      clip_norm=clip_norm, noise_multiplier=noise_multiplier)
+                      clip_norm=clip_norm, noise_multiplier=noise_multiplier, microbatch=sampler.microbatch)
 
 
-def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier):
+def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier,
+                         microbatch="auto"):
     """``(sum_j w_j clip(g_j, C) + N(0, (z C)^2 I)) / batch.denominator`` for a given minibatch (the
     part of :func:`noisy_gradient` after sampling; for samplers that need more than a step key)."""
     unit_noise = unit_noise_like(noise_key, params, noise_multiplier)
-    return _privatize(loss_fn, params, batch, unit_noise, clip_norm=clip_norm, noise_multiplier=noise_multiplier)
+    return _privatize(loss_fn, params, batch, unit_noise, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+                      microbatch=microbatch)
 
 
-def _privatize(loss_fn, params, batch: Batch, unit_noise, *, clip_norm, noise_multiplier):
+def _privatize(loss_fn, params, batch: Batch, unit_noise, *, clip_norm, noise_multiplier, microbatch):
     """The clipped sum plus ``z C`` times ``unit_noise`` (i.i.d. N(0, 1) shaped like ``params``; None:
     no noise, for a Python ``0`` multiplier), times ``1 / batch.denominator``
     (:func:`jaxfl.privacy.noise.noisy_clipped_mean`)."""
-    summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm)
+    summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm, microbatch=microbatch)
     return _noisy_mean(summed, unit_noise, batch.denominator, clip_norm, noise_multiplier)
 
 

@@ -96,7 +96,7 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
 
 
 def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, clip_norm, *, chunk: int,
-                              offset=0) -> ClippedSum:
+                              offset=0, microbatch="auto") -> ClippedSum:
     """:func:`clipped_grad_sum` over the records a data-dependent mask selects, ``chunk`` at a time.
 
     A Poisson draw selects a random number of records; rather than clipping a padded batch of the
@@ -109,6 +109,7 @@ def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, c
         only real rows).
       chunk: records per chunk (static int >= 1).
       offset: first row ``selected`` refers to (int, may be traced).
+      microbatch: each chunk's sum taken in slices (:func:`clipped_grad_sum`).
     Returns:
       the :class:`ClippedSum` of the selected records (``count``: how many were selected).
     """
@@ -120,7 +121,7 @@ def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, c
         start = i * chunk
         rows = jnp.minimum(offset + jax.lax.dynamic_slice(order, (start,), (chunk,)), x.shape[0] - 1)
         weights = (start + jnp.arange(chunk) < total).astype(jnp.float32)
-        part = clipped_grad_sum(loss_fn, params, x[rows], y[rows], weights, clip_norm)
+        part = clipped_grad_sum(loss_fn, params, x[rows], y[rows], weights, clip_norm, microbatch=microbatch)
         value, n, clipped = carry
         return jax.tree_util.tree_map(jnp.add, value, part.value), n + part.count, clipped + part.num_clipped
 

@@ -79,11 +79,10 @@ def microbatch_size(loss_fn, params, x, y, microbatch="auto", *, batch: int | No
       budget_bytes: for ``"auto"``; default :data:`BUDGET_BYTES`.
     """
     batch = int(jnp.shape(x)[0]) if batch is None else int(batch)
+    microbatch = check_microbatch(microbatch)
     if microbatch is None:
         return batch
-    if isinstance(microbatch, str):
-        if microbatch != "auto":
-            raise ValueError(f"microbatch must be 'auto', None or a positive int, got {microbatch!r}")
+    if microbatch == "auto":
         if jax.default_backend() != "cpu":
             return batch
         per_record = max(forward_bytes(loss_fn, params, x, y), 1)
@@ -92,9 +91,17 @@ def microbatch_size(loss_fn, params, x, y, microbatch="auto", *, batch: int | No
             return batch
         slices = -(-batch // target)
         return -(-batch // slices)
+    return min(microbatch, batch)
+
+
+def check_microbatch(microbatch):
+    """``microbatch`` as :func:`microbatch_size` takes it (``"auto"``, ``None`` or a positive int, returned as
+    ``int``); anything else raises ``ValueError`` naming the value."""
+    if microbatch is None or (isinstance(microbatch, str) and microbatch == "auto"):
+        return microbatch
     if isinstance(microbatch, bool) or not isinstance(microbatch, (int, np.integer)) or microbatch < 1:
         raise ValueError(f"microbatch must be 'auto', None or a positive int, got {microbatch!r}")
-    return min(int(microbatch), batch)
+    return int(microbatch)
 
 
 def microbatch_sum(fn, size: int, *arrays):

@@ -129,3 +129,60 @@ def test_local_epochs_in_slices_equals_whole_batch():
     (expected, loss_whole), (got, loss_sliced) = run(None), run(4)
     np.testing.assert_allclose(loss_sliced, loss_whole, rtol=1e-5)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6), expected, got)
+
+
+def _scan_lengths(jaxpr) -> list[int]:
+    """Lengths of every ``scan`` in a jaxpr, nested ones included."""
+    lengths = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            lengths.append(int(eqn.params["length"]))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    lengths += _scan_lengths(inner)
+    return lengths
+
+
+@pytest.mark.parametrize("build", ["local_sgd", "minibatch_sgd", "dp_fedavg", "scaffold"])
+def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
+    """``microbatch=2`` on minibatches of 8 puts a 4-slice scan in the round (none without it) and moves the
+    result by float rounding only."""
+    from jaxfl.algorithms import dp_fedavg, local_sgd, minibatch_sgd, scaffold
+    from jaxfl.engine import train
+    from jaxfl.engine.driver import initial_state
+    from jaxfl.models import init_linear, logistic_loss
+
+    def make(mb):
+        common = dict(batch_size=8, microbatch=mb)
+        return {"local_sgd": lambda: local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, clip_norm=1.0,
+                                               noise_multiplier=0.7, **common),
+                "minibatch_sgd": lambda: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), clip_norm=1.0,
+                                                       noise_multiplier=0.7, **common),
+                "dp_fedavg": lambda: dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, client_rate=0.5,
+                                               clip_norm=1.0, noise_multiplier=0.7, **common),
+                "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common)}[build]()
+
+    lengths = {}
+    for mb in (None, 2):
+        alg = make(mb)
+        state = initial_state(alg, init_linear(5), small_data.num_silos)
+        jaxpr = jax.make_jaxpr(alg.round)(state, small_data, jax.random.PRNGKey(0)).jaxpr
+        lengths[mb] = _scan_lengths(jaxpr)
+    assert 4 in lengths[2] and 4 not in lengths[None]
+    whole, sliced = (train(make(mb), small_data, init_linear(5), rounds=2, key=1, progress=False).state.params
+                     for mb in (None, 2))
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6), whole, sliced)
+
+
+def test_algorithm_constructors_reject_a_bad_microbatch():
+    from jaxfl.algorithms import dp_rec, local_sgd
+    from jaxfl.compression import rec
+    from jaxfl.models import logistic_loss
+
+    with pytest.raises(ValueError, match="microbatch must be"):
+        local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=4, microbatch=0)
+    with pytest.raises(ValueError, match="microbatch must be"):
+        dp_rec(LOSS, params=PARAMS, client_opt=optax.sgd(0.1), clients_per_round=2, batch_size=4, prior_std=0.01,
+               clip_multiplier=0.5, layout=rec.per_tensor(PARAMS, 3), microbatch="fast")
