@@ -558,6 +558,7 @@ class Outcome:
     parts_seconds: float = 0.0   # the grid programs' seconds, stored parts' as recorded when they ran
     parts_reused: int = 0        # grid programs taken from stored parts (a resumed run)
     parts_sources: list = dataclasses.field(default_factory=list)  # the code that ran the grid programs
+    runs_seconds: float = 0.0    # "train" runs' own seconds, each counted from round 0 over all its sittings
 
 
 def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
@@ -566,7 +567,7 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
     rows, per_trial = [], []
     for t in range(study.trials):
         t0 = time.perf_counter()
-        parts_seconds, parts_reused, sources = 0.0, 0, set()
+        parts_seconds, parts_reused, sources, runs_seconds = 0.0, 0, set(), 0.0
         trial = None if study.data_per_panel else study.data(study, t)
         panel_info = {}
         if trial is not None:
@@ -586,7 +587,9 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
                         panel_rows += _computed(family, panel, t, program)
                         continue
                     if family.runner == "train":
-                        panel_rows += _trained(study, family, panel, t, trial, program, seeds, out_dir, log)
+                        trained = _trained(study, family, panel, t, trial, program, seeds, out_dir, log)
+                        runs_seconds += sum(r["wall_seconds"] for r in trained)
+                        panel_rows += trained
                         continue
                     name = f"trial{t}-panel{p}-{family.name}-{j}.pkl"
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
@@ -614,7 +617,8 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
             facts.update(trial.info)
         per_trial.append({"trial": t, **facts, "seconds": time.perf_counter() - t0,
                           "parts_seconds": parts_seconds, "parts_reused": parts_reused,
-                          "parts_sources": sorted(sources)})
+                          "parts_sources": sorted(sources), "runs_seconds": runs_seconds})
     return Outcome(study, rows, per_trial, time.perf_counter() - t_start,
                    sum(p["parts_seconds"] for p in per_trial), sum(p["parts_reused"] for p in per_trial),
-                   sorted({s for p in per_trial for s in p["parts_sources"]}))
+                   sorted({s for p in per_trial for s in p["parts_sources"]}),
+                   sum(p["runs_seconds"] for p in per_trial))

@@ -52,6 +52,9 @@ def block(root: Path, rel: str) -> str:
     if config.get("parts_reused"):  # resumed: the last sitting's wall time alone understates the run
         time_text = (f"{float(config['parts_seconds_total']):,.0f} s over its grid programs, "
                      f"{config['parts_reused']} of them run in earlier sittings; last sitting's wall time {seconds:,.0f} s")
+    elif config.get("runs_seconds_total"):  # checkpointed runs: their own seconds, whatever sittings they took
+        time_text = (f"{float(config['runs_seconds_total']):,.0f} s over its runs (each from round 0, summed over "
+                     f"the sittings it took); last sitting's wall time {seconds:,.0f} s")
     prng = env.get("prng_impl", "threefry2x32")
     keys = "" if prng == "threefry2x32" else f", {prng} keys"
     backend = env.get("backend")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from jaxfl.experiments import dprec
+from jaxfl.experiments import dprec, tables
 
 
 @pytest.mark.slow
@@ -27,9 +27,9 @@ def test_traffic_of_the_papers_full_settings_matches_table_1():
 def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
     from jaxfl.experiments.registry import get_experiment
 
-    path = get_experiment(name).run(True, tmp_path)
+    path = get_experiment(name).run(True, tmp_path / "results" / name)
     doc = json.loads(path.read_text())
-    assert doc["experiment"] == name and (tmp_path / "curves.csv").exists()
+    assert doc["experiment"] == name and (tmp_path / "results" / name / "curves.csv").exists()
     by_method = {r["algorithm"]: r for r in doc["runs"]}
     assert set(by_method) == {"DP-REC", "DP-FedAvg"}
     for run in doc["runs"]:
@@ -39,6 +39,13 @@ def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
     rec_gib = by_method["DP-REC"]["metrics"]["gib_total"]
     assert 0 < rec_gib < by_method["DP-FedAvg"]["metrics"]["gib_total"] / 100
     assert all(r["calibration"].startswith("recalibrated") for r in doc["runs"])
-    assert "DP-REC accuracy" in (tmp_path / "summary.md").read_text()
+    assert "DP-REC accuracy" in (tmp_path / "results" / name / "summary.md").read_text()
+    # the runs' own seconds (checkpointed runs): a second sitting finds them done and reports the same total
+    runs_seconds = sum(r["wall_seconds"] for r in doc["runs"])
+    assert doc["config"]["runs_seconds_total"] == pytest.approx(runs_seconds) and runs_seconds > 0
+    again = json.loads(get_experiment(name).run(True, tmp_path / "results" / name).read_text())
+    assert again["config"]["runs_seconds_total"] == pytest.approx(runs_seconds)
+    assert again["config"]["wall_seconds_total"] < doc["config"]["wall_seconds_total"]
+    assert f"{runs_seconds:,.0f} s over its runs" in tables.block(tmp_path, f"results/{name}")
     if name == "dprec/femnist-scale":
         assert "Fashion-MNIST" in doc["config"]["note"]
