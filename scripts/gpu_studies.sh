@@ -41,7 +41,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-for job in ${JOBS:-t1mt t1ft t2t t4t f1t t2 c10 rec}; do
+for job in ${JOBS:-t2t t1mt t1ft t4t f1t t2 c10 rec}; do  # Table 2 first: no run of it yet
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
