@@ -111,8 +111,8 @@ def main(argv=None) -> int:
         "rows": rows,
         "repeats": args.repeats, "trials": args.trials,
         "notes": "each way in fresh subprocesses: compile, one warm-up round, best of repeats rounds; the ways "
-                 "alternate trials times, each keeping its best (ratio); ratio_per_trial: each alternation's own ratio, the "
-                 "spread. Results differ "
+                 "alternate trials times, each keeping its best (ratio); ratio_per_trial: each alternation's own "
+                 "ratio, the spread. Results differ "
                  "at float rounding between the ways (XLA:CPU splits reductions by the cores it may use).",
     }
     print(f"wrote {write_benchmark(record, args.out)}")

@@ -45,7 +45,8 @@ def _with_gradient_sum(client_opt: optax.GradientTransformation) -> optax.Gradie
 
 def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
              server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
-             sampling_rate=None, silos_per_round=None, microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
+             sampling_rate=None, silos_per_round=None, microbatch="auto",
+             name: str | None = None) -> FederatedAlgorithm:
     """SCAFFOLD with control variates option II.
 
     Each participating silo ``i`` receives ``(x, c)``, runs ``local_steps = K`` steps of ``client_opt``

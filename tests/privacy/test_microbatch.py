@@ -162,7 +162,8 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
                                                        noise_multiplier=0.7, **common),
                 "dp_fedavg": lambda: dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, client_rate=0.5,
                                                clip_norm=1.0, noise_multiplier=0.7, **common),
-                "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common)}[build]()
+                "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common),
+                }[build]()
 
     lengths = {}
     for mb in (None, 2):
