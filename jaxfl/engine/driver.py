@@ -139,7 +139,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
           eval_fn: Callable[[Any], dict] | None = None, eval_every: int | None = None,
           accountant: str = "rdp", target_epsilon: float | None = None, delta=None,
           metrics_path=None, checkpoint_dir=None, mesh=None, progress: bool = True,
-          run_info: dict | None = None, silo_eval_fn: Callable[[Any, Any], dict] | None = None) -> TrainResult:
+          run_info: dict | None = None, silo_eval_fn: Callable[[Any, Any], dict] | None = None,
+          on_record: Callable[[dict], None] | None = None) -> TrainResult:
     """Runs ``rounds`` rounds of ``algorithm`` on ``data`` from ``params``.
 
     Args:
@@ -170,6 +171,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
         of :func:`jaxfl.engine.sharding.shard_local_data` (padding silos then appear in per-silo metrics).
       progress: show a progress bar.
       run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
+      on_record: called with every metrics record once it is written and checkpointed (e.g. to log a
+        long run's progress).
     """
     rounds = checks.non_negative_int("rounds", rounds)
     eval_every = rounds if eval_every is None else checks.integer("eval_every", eval_every)
@@ -243,6 +246,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                 history.append(record)
                 if ckpt is not None:
                     ckpt.save(r, state, {"round": r, **run_id, "wall_seconds": record["wall_seconds"]})
+                if on_record is not None:
+                    on_record(record)
                 bar.update(n)
                 if target_epsilon is not None and r < rounds and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0:
                     stop_reason = "budget"

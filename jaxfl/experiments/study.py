@@ -489,6 +489,13 @@ def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial
             ckpt = None if out_dir is None else Path(out_dir) / "checkpoints" / f"{family.name}-{tag}-seed{seed}"
             if ckpt is not None:
                 ckpt.mkdir(parents=True, exist_ok=True)
+            info = {"algorithm": family.name, **config, "seed": seed}
+
+            def progress(record, rounds=program.rounds, label=f"{family.name} {tag} seed {seed}", info=info):
+                if record["round"] < rounds:   # the final record is logged below, with the run's row
+                    log(f"      {label}, round {record['round']}/{rounds}: " + ", ".join(
+                        f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float) and k not in info))
+
             result = driver.train(build(**config, **program.constants), trial.train,
                                   study.init(seed if study.init_seed is None else study.init_seed),
                                   rounds=program.rounds, key=seed, eval_every=study.eval_every,
@@ -496,7 +503,7 @@ def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial
                                   accountant=family.accountant or "rdp",
                                   delta=None if family.accountant is None else trial.deltas,
                                   checkpoint_dir=ckpt, metrics_path=None if ckpt is None else ckpt / "metrics.jsonl",
-                                  progress=False, run_info={"algorithm": family.name, **config, "seed": seed})
+                                  progress=False, run_info=info, on_record=progress)
             history = result.history
             if ckpt is not None:   # a resumed run: its history is the metrics file (last record per round)
                 records = [json.loads(line) for line in (ckpt / "metrics.jsonl").read_text().splitlines() if line]

@@ -260,11 +260,12 @@ def test_train_rejects_bad_privacy_input(small_data):
 
 
 def test_metrics_file_has_one_record_per_evaluation(tmp_path, small_data):
-    path = tmp_path / "m.jsonl"
+    path, seen = tmp_path / "m.jsonl", []
     train(_dp_sgd(), small_data, init_linear(5), rounds=7, eval_every=3, delta=1e-5, metrics_path=path,
-          run_info={"seed": 0}, progress=False)
+          run_info={"seed": 0}, progress=False, on_record=lambda r: seen.append(read_metrics(path)[-1] == r))
     rows = read_metrics(path)
     assert [r["round"] for r in rows] == [3, 6, 7]
+    assert seen == [True, True, True]   # on_record gets each record once it is written
     assert all({"epsilon", "seed", "participants", "clipped_fraction", "wall_seconds"} <= set(r) for r in rows)
     assert rows[0]["epsilon"] < rows[1]["epsilon"] < rows[2]["epsilon"]
     json.dumps(rows)

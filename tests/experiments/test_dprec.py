@@ -49,3 +49,20 @@ def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
     assert f"{runs_seconds:,.0f} s over its runs" in tables.block(tmp_path, f"results/{name}")
     if name == "dprec/femnist-scale":
         assert "Fashion-MNIST" in doc["config"]["note"]
+
+
+@pytest.mark.slow
+def test_long_runs_log_their_progress_between_evaluations(tmp_path):
+    """A study's checkpointed runs log one line per evaluation before the last (the quick form, evaluated
+    after every round)."""
+    import dataclasses
+
+    from jaxfl.experiments import study as study_lib
+    from jaxfl.experiments.registry import get_experiment
+
+    form = dataclasses.replace(get_experiment("dprec/mnist").study.form_of(True), eval_every=1)
+    lines = []
+    study_lib.run(form, tmp_path, lines.append)
+    progress = [line for line in lines if ", round 1/2: " in line]
+    assert sorted(line.split()[0] for line in progress) == ["dp_fedavg", "dp_rec"]   # one per run
+    assert all("test_accuracy" in line and "wall_seconds" in line for line in progress)
