@@ -6,7 +6,9 @@ are checked with :mod:`jaxfl.checks`, whose ``ValueError`` names the flag and th
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,13 +35,67 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _worker_share(text: str):
+    """``--worker I/N`` (1-based I) -> :class:`jaxfl.experiments.study.Share`."""
+    from jaxfl.experiments.study import Share
+
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise ValueError(f"--worker must be I/N with 1 <= I <= N, got {text!r}")
+    return Share(int(index) - 1, int(count))
+
+
+def _pin(core: int) -> None:
+    """Pins this process (every thread it has; later ones inherit) to ``core``: before JAX starts its
+    backend, so that XLA sizes its thread pool for one core (as under ``taskset -c CORE``)."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {core})
+
+
+def _run_workers(args, out: Path, workers: int) -> None:
+    """Runs ``workers`` copies of this command at once, worker ``i`` with ``--worker i/N`` and pinned to its
+    own core where the OS allows (Linux), and waits for all of them; raises if one fails."""
+    argv = [sys.executable, "-m", "jaxfl", "reproduce", args.name, "--out", str(out)]
+    argv += ["--quick"] * bool(args.quick) + (["--variant", args.variant] if args.variant else [])
+    for label in args.panel or ():
+        argv += ["--panel", label]
+    linux = hasattr(os, "sched_getaffinity") and os.path.isdir("/proc/self/task")
+    cores = sorted(os.sched_getaffinity(0)) if linux else []
+    procs = []
+    for i in range(workers):
+        pin = ["--pin", str(cores[i % len(cores)])] if cores else []
+        procs.append(subprocess.Popen(argv + ["--worker", f"{i + 1}/{workers}"] + pin,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+    try:
+        codes = [proc.wait() for proc in procs]
+    except BaseException:   # interrupted: stop the workers too (what they finished stays stored)
+        for proc in procs:
+            proc.terminate()
+        raise
+    failed = [f"{i + 1} (status {code})" for i, code in enumerate(codes) if code != 0]
+    if failed:
+        raise ValueError(f"worker {', '.join(failed)} of {workers} failed; what the workers finished is kept under "
+                         f"{out}: the same command resumes it")
+
+
 def _cmd_reproduce(args) -> int:
+    if args.pin is not None:
+        _pin(args.pin)
+    from jaxfl import checks
     from jaxfl.experiments import registry
 
     experiment = registry.get_experiment(args.name)
+    workers = checks.positive_int("--workers", args.workers)
+    share = None if args.worker is None else _worker_share(args.worker)
     # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
+    if share is not None:
+        experiment.run(args.quick, out, args.variant, args.panel, share)
+        return 0
+    if workers > 1:
+        _run_workers(args, out, workers)
+        print(f"{args.name}: the {workers} workers are done; collecting their parts and runs")
     path = experiment.run(args.quick, out, args.variant, args.panel)
     print(f"wrote {path}")
     return 0
@@ -86,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--panel", action="append", default=None, metavar="LABEL",
                      help="run only this panel (repeatable; e.g. --panel 'n = 4'): a partial run, marked so in its "
                           "results, whose stored parts a later full run reuses")
+    rep.add_argument("--workers", type=int, default=1,
+                     help="run the study's grid programs and checkpointed runs in this many processes at once, each "
+                          "pinned to its own core (Linux), then collect them (docs/performance.md, pinned_runs)")
+    rep.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # I/N: one worker's share (internal)
+    rep.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a worker's core (internal)
     rep.set_defaults(func=_cmd_reproduce)
 
     tab = sub.add_parser("tables", help="regenerate the tables of docs/reproductions.md from results/")

@@ -116,3 +116,38 @@ def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(mo
         assert _source_label(source) == "0123456789ab (declared)"
     finally:
         report.source_revision.cache_clear()
+
+
+@pytest.mark.slow
+def test_reproduce_in_workers_splits_the_runs_and_collects_them(tmp_path, capfd):
+    """``--workers 2``: each worker runs its share of the checkpointed runs (its lines say so), and the final
+    collection trains nothing; the table matches a run in one process (to float rounding: the workers run on
+    one core each, where XLA:CPU may sum in another order)."""
+    assert main(["reproduce", "dprec/mnist", "--quick", "--out", str(tmp_path / "two"), "--workers", "2"]) == 0
+    out = capfd.readouterr().out
+    finished = [line for line in out.splitlines() if line.startswith("[worker") and " seed " in line
+                and "wall_seconds" in line and ", round " not in line]
+    assert sorted(line[:12] for line in finished) == ["[worker 1/2]", "[worker 2/2]"]   # 2 runs, one each
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert two["config"]["wall_seconds_total"] < 0.5 * two["config"]["runs_seconds_total"]
+    assert main(["reproduce", "dprec/mnist", "--quick", "--out", str(tmp_path / "one")]) == 0
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    key = lambda r: (r["algorithm"], r["epsilon"], r["seed"])  # noqa: E731
+    for a, b in zip(sorted(one["runs"], key=key), sorted(two["runs"], key=key)):
+        assert key(a) == key(b) and b["privacy"]["epsilon_spent"] == a["privacy"]["epsilon_spent"]
+        assert b["metrics"]["test_accuracy"] == pytest.approx(a["metrics"]["test_accuracy"], abs=0.02)
+
+
+@pytest.mark.slow
+def test_reproduce_in_workers_shares_the_grid_programs(tmp_path, capfd):
+    assert main(["reproduce", "lowy-nonconvex/wbcd", "--quick", "--out", str(tmp_path), "--workers", "2"]) == 0
+    out = capfd.readouterr().out
+    ran = [line for line in out.splitlines() if line.startswith("[worker") and " configs x " in line]
+    assert {line[:12] for line in ran} == {"[worker 1/2]", "[worker 2/2]"}
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["config"]["parts_reused"] == len(ran) > 1   # the collection ran no grid program itself
+
+
+def test_reproduce_rejects_a_bad_worker_count(capsys):
+    assert main(["reproduce", "demo", "--quick", "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err

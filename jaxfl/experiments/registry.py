@@ -9,7 +9,7 @@ from typing import Callable
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """A reproduction: ``run(quick, out_dir, variant, panels) -> path of results.json``; ``study`` is its
+    """A reproduction: ``run(quick, out_dir, variant, panels, share) -> path of results.json``; ``study`` is its
     :class:`~jaxfl.experiments.study.Study`."""
 
     name: str
@@ -44,17 +44,25 @@ def register(study):
     """Registers ``study`` as experiment ``study.name`` (run by :func:`reproduce`); returns it."""
     EXPERIMENTS[study.name] = Experiment(
         study.name, study.description,
-        lambda quick, out_dir, variant=None, panels=None: reproduce(study, quick, out_dir, variant, panels=panels),
+        lambda quick, out_dir, variant=None, panels=None, share=None: reproduce(study, quick, out_dir, variant,
+                                                                                panels=panels, share=share),
         study)
     return study
 
 
-def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print, panels=None) -> Path:
+def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print, panels=None,
+              share=None) -> Path | None:
     """Runs ``study`` (its quick form and/or named variant; only the panels labelled ``panels`` if given, a
-    partial run whose results say so), writes its results under ``out_dir`` and prints its summary."""
+    partial run whose results say so), writes its results under ``out_dir`` and prints its summary. With
+    ``share`` (:class:`jaxfl.experiments.study.Share`, a worker of ``jaxfl reproduce --workers``): only the
+    share's grid programs and runs, stored under ``out_dir``; nothing else is written and None returned."""
     from jaxfl.experiments import report, study as study_lib
 
     form = study.form_of(quick, variant, panels)
+    if share is not None:
+        prefix = f"[worker {share.index + 1}/{share.count}] "
+        study_lib.run(form, Path(out_dir), lambda line: log(prefix + line), share)
+        return None
     log(f"{form.name}: {form.form} form{' (tiny settings for CI, not the paper' + chr(39) + 's)' if quick else ''}")
     outcome = study_lib.run(form, Path(out_dir), log)
     path = report.write(outcome, out_dir)

@@ -476,14 +476,39 @@ def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
     return out if study.final is not None else out._replace(params=None)
 
 
+@dataclasses.dataclass
+class Share:
+    """One worker's share of a study (``jaxfl reproduce --workers N``): the study's work units -- grid
+    programs and checkpointed runs, counted in the order :func:`run` meets them -- ``index``, ``index +
+    count``, ``index + 2 count``, ... Workers store what they run (parts, checkpoints); a final :func:`run`
+    without a share then reuses all of it."""
+
+    index: int
+    count: int
+    seen: int = 0
+
+    def __post_init__(self):
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"worker index must be in 0..{self.count - 1}, got {self.index}")
+
+    def take(self) -> bool:
+        """Whether the next work unit is this worker's."""
+        mine = self.seen % self.count == self.index
+        self.seen += 1
+        return mine
+
+
 def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,
-             seeds: list, out_dir: Path | None, log) -> list[dict]:
+             seeds: list, out_dir: Path | None, log, share: Share | None = None) -> list[dict]:
     """``"train"`` families: each configuration and seed as one :func:`driver.train` run (checkpointed and
-    resumed under ``out_dir/checkpoints``), one row each (no selection): the final evaluation's metrics."""
+    resumed under ``out_dir/checkpoints``), one row each (no selection): the final evaluation's metrics.
+    With ``share``, only the share's runs."""
     build = _builder(family, program.static)
     rows = []
     for config in configurations(program.grid):
         for seed in seeds:
+            if share is not None and not share.take():
+                continue
             t0 = time.perf_counter()
             tag = "-".join(f"{k}{v:g}" for k, v in config.items())
             ckpt = None if out_dir is None else Path(out_dir) / "checkpoints" / f"{family.name}-{tag}-seed{seed}"
@@ -568,8 +593,12 @@ class Outcome:
     runs_seconds: float = 0.0    # "train" runs' own seconds, each counted from round 0 over all its sittings
 
 
-def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
-    """Runs every trial, panel, family and program of ``study``; returns the selected rows."""
+def run(study: Study, out_dir: Path | None = None, log=print, share: Share | None = None) -> Outcome:
+    """Runs every trial, panel, family and program of ``study``; returns the selected rows. With ``share``
+    (a worker of ``jaxfl reproduce --workers``), only the share's grid programs and runs, stored under
+    ``out_dir`` for the final run without a share; its rows are incomplete."""
+    if share is not None and out_dir is None:
+        raise ValueError("a worker's share needs an out_dir to store its parts and checkpoints in")
     t_start = time.perf_counter()
     rows, per_trial = [], []
     for t in range(study.trials):
@@ -591,12 +620,15 @@ def run(study: Study, out_dir: Path | None = None, log=print) -> Outcome:
             for family in study.families:
                 for j, program in enumerate(family.programs(study, panel, trial)):
                     if family.runner == "compute":
-                        panel_rows += _computed(family, panel, t, program)
+                        if share is None:  # cheap: left to the final run
+                            panel_rows += _computed(family, panel, t, program)
                         continue
                     if family.runner == "train":
-                        trained = _trained(study, family, panel, t, trial, program, seeds, out_dir, log)
+                        trained = _trained(study, family, panel, t, trial, program, seeds, out_dir, log, share)
                         runs_seconds += sum(r["wall_seconds"] for r in trained)
                         panel_rows += trained
+                        continue
+                    if share is not None and not share.take():
                         continue
                     name = f"trial{t}-panel{p}-{family.name}-{j}.pkl"
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
