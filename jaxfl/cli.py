@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,14 +36,17 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def _worker_share(text: str):
-    """``--worker I/N`` (1-based I) -> :class:`jaxfl.experiments.study.Share`."""
+CLAIMS = ".claims"   # under --out: the work units the workers of a --workers run have claimed
+
+
+def _worker_share(text: str, out: Path):
+    """``--worker I/N`` (1-based I) -> :class:`jaxfl.experiments.study.Share` claiming units under ``out``."""
     from jaxfl.experiments.study import Share
 
     index, _, count = text.partition("/")
     if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
         raise ValueError(f"--worker must be I/N with 1 <= I <= N, got {text!r}")
-    return Share(int(index) - 1, int(count))
+    return Share(int(index) - 1, int(count), claims=out / CLAIMS)
 
 
 def _pin(core: int) -> None:
@@ -54,7 +58,9 @@ def _pin(core: int) -> None:
 
 def _run_workers(args, out: Path, workers: int) -> None:
     """Runs ``workers`` copies of this command at once, worker ``i`` with ``--worker i/N`` and pinned to its
-    own core where the OS allows (Linux), and waits for all of them; raises if one fails."""
+    own core where the OS allows (Linux), and waits for all of them; raises if one fails. The workers claim
+    work units under ``out/.claims``, cleared before they start and after they end."""
+    shutil.rmtree(out / CLAIMS, ignore_errors=True)   # a killed earlier run's claims: its work is stored or redone
     argv = [sys.executable, "-m", "jaxfl", "reproduce", args.name, "--out", str(out)]
     argv += ["--quick"] * bool(args.quick) + (["--variant", args.variant] if args.variant else [])
     for label in args.panel or ():
@@ -72,6 +78,7 @@ def _run_workers(args, out: Path, workers: int) -> None:
         for proc in procs:
             proc.terminate()
         raise
+    shutil.rmtree(out / CLAIMS, ignore_errors=True)
     failed = [f"{i + 1} (status {code})" for i, code in enumerate(codes) if code != 0]
     if failed:
         raise ValueError(f"worker {', '.join(failed)} of {workers} failed; what the workers finished is kept under "
@@ -86,10 +93,10 @@ def _cmd_reproduce(args) -> int:
 
     experiment = registry.get_experiment(args.name)
     workers = checks.positive_int("--workers", args.workers)
-    share = None if args.worker is None else _worker_share(args.worker)
     # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
+    share = None if args.worker is None else _worker_share(args.worker, out)
     if share is not None:
         experiment.run(args.quick, out, args.variant, args.panel, share)
         return 0

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import pickle
 import time
 from pathlib import Path
@@ -478,13 +479,15 @@ def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
 
 @dataclasses.dataclass
 class Share:
-    """One worker's share of a study (``jaxfl reproduce --workers N``): the study's work units -- grid
-    programs and checkpointed runs, counted in the order :func:`run` meets them -- ``index``, ``index +
-    count``, ``index + 2 count``, ... Workers store what they run (parts, checkpoints); a final :func:`run`
-    without a share then reuses all of it."""
+    """One worker's share of a study (``jaxfl reproduce --workers N``). The study's work units -- grid
+    programs and checkpointed runs, numbered in the order :func:`run` meets them -- go to whichever worker
+    claims them first (an exclusively created file ``claims/<unit>``, so the workers balance themselves), or,
+    without ``claims``, units ``index``, ``index + count``, ... Workers store what they run (parts,
+    checkpoints); a final :func:`run` without a share then reuses all of it."""
 
     index: int
     count: int
+    claims: Path | None = None
     seen: int = 0
 
     def __post_init__(self):
@@ -492,10 +495,16 @@ class Share:
             raise ValueError(f"worker index must be in 0..{self.count - 1}, got {self.index}")
 
     def take(self) -> bool:
-        """Whether the next work unit is this worker's."""
-        mine = self.seen % self.count == self.index
-        self.seen += 1
-        return mine
+        """Whether the next work unit is this worker's (claims it)."""
+        unit, self.seen = self.seen, self.seen + 1
+        if self.claims is None:
+            return unit % self.count == self.index
+        Path(self.claims).mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(Path(self.claims) / str(unit), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
 
 
 def _trained(study: Study, family: Family, panel: Panel, trial_index: int, trial: Trial, program: Program,
