@@ -11,6 +11,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -100,10 +101,13 @@ def _cmd_reproduce(args) -> int:
     if share is not None:
         experiment.run(args.quick, out, args.variant, args.panel, share)
         return 0
+    record = None
     if workers > 1:
+        start = time.perf_counter()
         _run_workers(args, out, workers)
-        print(f"{args.name}: the {workers} workers are done; collecting their parts and runs")
-    path = experiment.run(args.quick, out, args.variant, args.panel)
+        record = {"count": workers, "wall_seconds": time.perf_counter() - start}
+        print(f"{args.name}: the {workers} workers are done ({record['wall_seconds']:.0f} s); collecting their results")
+    path = experiment.run(args.quick, out, args.variant, args.panel, workers=record)
     print(f"wrote {path}")
     return 0
 

@@ -146,6 +146,7 @@ def test_reproduce_in_workers_shares_the_grid_programs(tmp_path, capfd):
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["config"]["parts_reused"] == len(ran) > 1   # each program once, the collection ran none itself
     assert not (tmp_path / ".claims").exists()
+    assert doc["config"]["workers"]["count"] == 2 and doc["config"]["workers"]["wall_seconds"] > 0
 
 
 def test_reproduce_rejects_a_bad_worker_count(capsys):

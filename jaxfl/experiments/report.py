@@ -263,7 +263,8 @@ def document(outcome) -> dict:
            "config": {**study_config(study), **config, "per_trial": outcome.per_trial,
                       "wall_seconds_total": outcome.seconds, "parts_seconds_total": outcome.parts_seconds,
                       "parts_reused": outcome.parts_reused, "parts_sources": outcome.parts_sources,
-                      "runs_seconds_total": outcome.runs_seconds},
+                      "runs_seconds_total": outcome.runs_seconds,
+                      **({"workers": outcome.workers} if outcome.workers else {})},
            "runs": [record(r) for r in outcome.rows], "environment": environment(), "source": source_revision()}
     return _clean(doc)
 

@@ -600,6 +600,7 @@ class Outcome:
     parts_reused: int = 0        # grid programs taken from stored parts (a resumed run)
     parts_sources: list = dataclasses.field(default_factory=list)  # the code that ran the grid programs
     runs_seconds: float = 0.0    # "train" runs' own seconds, each counted from round 0 over all its sittings
+    workers: dict | None = None  # set by jaxfl reproduce --workers: {"count", "wall_seconds"} of the workers' pass
 
 
 def run(study: Study, out_dir: Path | None = None, log=print, share: Share | None = None) -> Outcome:

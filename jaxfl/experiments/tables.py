@@ -55,6 +55,10 @@ def block(root: Path, rel: str) -> str:
     elif config.get("runs_seconds_total"):  # checkpointed runs: their own seconds, whatever sittings they took
         time_text = (f"{float(config['runs_seconds_total']):,.0f} s over its runs (each from round 0, summed over "
                      f"the sittings it took); last sitting's wall time {seconds:,.0f} s")
+    if config.get("workers"):   # this sitting ran in pinned worker processes before the collecting pass
+        workers = config["workers"]
+        time_text += (f"; this sitting's {workers['count']} workers took {float(workers['wall_seconds']):,.0f} s "
+                      "of wall time")
     prng = env.get("prng_impl", "threefry2x32")
     keys = "" if prng == "threefry2x32" else f", {prng} keys"
     backend = env.get("backend")

@@ -60,3 +60,12 @@ def test_cli_check_passes_on_the_committed_docs(capsys):
 
     assert main(["tables", "--check"]) == 0
     assert "DIFFER" not in capsys.readouterr().out
+
+
+def test_a_block_says_when_workers_ran_the_sitting(tmp_path):
+    rel = "results/demo"
+    shutil.copytree(ROOT / rel, tmp_path / rel, ignore=shutil.ignore_patterns("checkpoints", "curves.csv"))
+    doc = json.loads((tmp_path / rel / "results.json").read_text())
+    doc["config"]["workers"] = {"count": 2, "wall_seconds": 1234.4}
+    (tmp_path / rel / "results.json").write_text(json.dumps(doc))
+    assert "this sitting's 2 workers took 1,234 s of wall time" in tables.block(tmp_path, rel)
