@@ -120,7 +120,7 @@ def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(mo
 
 @pytest.mark.slow
 def test_reproduce_in_workers_splits_the_runs_and_collects_them(tmp_path, capfd):
-    """``--workers 2``: each worker runs its share of the checkpointed runs (its lines say so), and the final
+    """``--workers 2``: the workers run each checkpointed run once (their lines say so) and the final
     collection trains nothing; the table matches a run in one process (to float rounding: the workers run on
     one core each, where XLA:CPU may sum in another order)."""
     assert main(["reproduce", "dprec/mnist", "--quick", "--out", str(tmp_path / "two"), "--workers", "2"]) == 0
