@@ -51,10 +51,9 @@ def _worker_share(text: str, out: Path):
 
 
 def _pin(core: int) -> None:
-    """Pins this process (every thread it has; later ones inherit) to ``core``: before JAX starts its
-    backend, so that XLA sizes its thread pool for one core (as under ``taskset -c CORE``)."""
-    for tid in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(tid), {core})
+    """Pins this thread to ``core`` before JAX starts its backend: the threads XLA then creates inherit it,
+    so XLA sizes its thread pool for one core (as under ``taskset -c CORE``)."""
+    os.sched_setaffinity(0, {core})
 
 
 def _run_workers(args, out: Path, workers: int) -> None:
@@ -66,8 +65,7 @@ def _run_workers(args, out: Path, workers: int) -> None:
     argv += ["--quick"] * bool(args.quick) + (["--variant", args.variant] if args.variant else [])
     for label in args.panel or ():
         argv += ["--panel", label]
-    linux = hasattr(os, "sched_getaffinity") and os.path.isdir("/proc/self/task")
-    cores = sorted(os.sched_getaffinity(0)) if linux else []
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
     procs = []
     for i in range(workers):
         pin = ["--pin", str(cores[i % len(cores)])] if cores else []
