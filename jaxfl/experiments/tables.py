@@ -50,8 +50,9 @@ def block(root: Path, rel: str) -> str:
     seconds = float(config.get("wall_seconds_total", float("nan")))
     time_text = f"wall time {seconds:,.0f} s"
     if config.get("parts_reused"):  # resumed: the last sitting's wall time alone understates the run
+        before = "by this sitting's workers or in earlier sittings" if config.get("workers") else "in earlier sittings"
         time_text = (f"{float(config['parts_seconds_total']):,.0f} s over its grid programs, "
-                     f"{config['parts_reused']} of them run in earlier sittings; last sitting's wall time {seconds:,.0f} s")
+                     f"{config['parts_reused']} of them run {before}; last sitting's wall time {seconds:,.0f} s")
     elif config.get("runs_seconds_total"):  # checkpointed runs: their own seconds, whatever sittings they took
         time_text = (f"{float(config['runs_seconds_total']):,.0f} s over its runs (each from round 0, summed over "
                      f"the sittings it took); last sitting's wall time {seconds:,.0f} s")

@@ -69,3 +69,10 @@ def test_a_block_says_when_workers_ran_the_sitting(tmp_path):
     doc["config"]["workers"] = {"count": 2, "wall_seconds": 1234.4}
     (tmp_path / rel / "results.json").write_text(json.dumps(doc))
     assert "this sitting's 2 workers took 1,234 s of wall time" in tables.block(tmp_path, rel)
+    doc["config"].update(parts_reused=3, parts_seconds_total=99.0)   # grid programs the workers ran, then collected
+    (tmp_path / rel / "results.json").write_text(json.dumps(doc))
+    text = tables.block(tmp_path, rel)
+    assert "3 of them run by this sitting's workers or in earlier sittings" in text
+    del doc["config"]["workers"]
+    (tmp_path / rel / "results.json").write_text(json.dumps(doc))
+    assert "3 of them run in earlier sittings;" in tables.block(tmp_path, rel)
