@@ -213,10 +213,12 @@ def sorted_by_target(x, y, num_silos: int, *, rule: str = "ceil") -> FederatedDa
 
 def dirichlet(x, y, num_silos: int, *, alpha: float, seed: int, min_per_silo: int = 1,
               max_tries: int = 100) -> FederatedData:
-    """Label skew: each class is split over the silos in proportions ``p ~ Dirichlet(alpha * 1)``.
+    """Label skew: each class is split over the silos in proportions ``p ~ Dirichlet(alpha * 1)``
+    (the per-class scheme of Yurochkin et al. 2019 and Wang et al. 2020; silo sizes vary).
 
     Small ``alpha`` (0.1) gives silos dominated by few classes, large ``alpha`` (100) nearly iid
-    silos (Hsu et al. 2019). Every record is assigned exactly once. Draws are repeated (at most
+    silos. Hsu et al. (2019)'s per-silo scheme, equal sizes and a sharper skew at the same ``alpha``,
+    is :func:`dirichlet_mix`. Every record is assigned exactly once. Draws are repeated (at most
     ``max_tries`` times) until every silo holds at least ``min_per_silo`` records.
     """
     x, y = _check_xy(x, y)
@@ -242,6 +244,65 @@ def dirichlet(x, y, num_silos: int, *, alpha: float, seed: int, min_per_silo: in
             return _build(x, y, silos, "dirichlet")
     raise ValueError(f"dirichlet: no draw in max_tries={max_tries} gave every silo >= {min_per_silo} "
                      f"records (alpha={alpha}, num_silos={num_silos}, n={n}); raise alpha or max_tries")
+
+
+def dirichlet_mix(x, y, num_silos: int, *, alpha: float, seed: int) -> FederatedData:
+    """Hsu et al. (2019)'s label skew: each silo draws its own class mix ``q_i ~ Dirichlet(alpha * p)``,
+    ``p`` the class frequencies of ``y``, and fills equal-sized silos (sizes differ by at most one) with
+    records whose labels follow ``q_i``.
+
+    The concentration sums to ``alpha`` over the classes, so with 10 balanced classes ``alpha = 1``
+    gives each silo ``q_i ~ Dirichlet(0.1, ..., 0.1)``: most silos are dominated by one or two
+    classes. :func:`dirichlet` with the same ``alpha`` is much milder: it splits each class over the
+    silos, which leaves each silo's mix close to ``Dirichlet(alpha, ..., alpha)``, i.e. this function's
+    ``10 * alpha`` for 10 balanced classes.
+
+    Every record is assigned exactly once. Silo slots are filled in a uniformly random order; each slot
+    draws a class from its silo's ``q_i`` restricted to the classes that still have records (the
+    distribution of redrawing until an unexhausted class comes up), then takes that class's next record
+    of a shuffled order. So late slots of silos whose favourite classes ran out take other classes.
+    """
+    x, y = _check_xy(x, y)
+    y = _check_labels(y)
+    n = len(x)
+    num_silos = _check_num_silos(num_silos, n)
+    checks.positive_float("alpha", alpha)
+    rng = _rng(seed)
+    by_class = [rng.permutation(idx) for idx in _class_indices(y, np.unique(y))]
+    supply = np.array([len(idx) for idx in by_class])
+    mix = rng.dirichlet(float(alpha) * supply / n, size=num_silos)
+    sizes = np.array([len(a) for a in np.array_split(np.arange(n), num_silos)])
+    slot_silo = rng.permutation(np.repeat(np.arange(num_silos), sizes))
+    slot_class = _draw_classes(mix[slot_silo], np.ones(len(supply), bool), rng)
+    start, left = 0, supply.copy()
+    while True:  # each pass accepts the slots up to the next exhausted class: at most one pass per class
+        demand = np.cumsum(slot_class[start:, None] == np.arange(len(supply)), axis=0, dtype=np.int64)
+        over = np.flatnonzero((demand > left).any(axis=1))
+        if len(over) == 0:
+            break
+        first = int(over[0])
+        if first:
+            left = left - demand[first - 1]
+        start += first
+        open_ = left > 0
+        redraw = start + np.flatnonzero(~open_[slot_class[start:]])
+        slot_class[redraw] = _draw_classes(mix[slot_silo[redraw]], open_, rng)
+    slot_record = np.empty(n, np.int64)
+    for c, idx in enumerate(by_class):
+        slot_record[slot_class == c] = idx  # the class's records in its shuffled order, slot by slot
+    by_silo = np.argsort(slot_silo, kind="stable")
+    silos = np.split(slot_record[by_silo], np.cumsum(sizes)[:-1])
+    return _build(x, y, [np.sort(s) for s in silos], "dirichlet_mix")
+
+
+def _draw_classes(mix: np.ndarray, open_: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One class per row of ``mix: float64[m, K]`` restricted to the classes ``open_: bool[K]``, by
+    inverse CDF. A row whose open weights all underflowed to 0 draws uniformly among the open classes."""
+    weights = mix * open_
+    weights = np.where(weights.sum(axis=1, keepdims=True) > 0, weights, open_.astype(np.float64))
+    cdf = np.cumsum(weights, axis=1)
+    cdf /= cdf[:, -1:]  # the last entry is exactly 1, so a zero-weight class is never drawn
+    return (rng.random((len(weights), 1)) >= cdf).sum(axis=1)
 
 
 def shards(x, y, num_silos: int, shards_per_silo: int, *, seed: int) -> FederatedData:

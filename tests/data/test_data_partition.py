@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jaxfl.data import (EVEN_ODD_PAIRS, FederatedData, by_silo_ids, choose_silo_classes, class_limited, dirichlet,
-                        iid, label_pairs, load_mnist, one_class_per_silo, shards, sorted_by_target,
+                        dirichlet_mix, iid, label_pairs, load_mnist, one_class_per_silo, shards, sorted_by_target,
                         train_test_split_per_silo)
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,6 +79,38 @@ def test_dirichlet_properties(k, per_silo, num_classes, alpha, seed):
     assert_exactly_once(fd, n)
     check_layout(fd, x, y)
     assert_same(fd, dirichlet(x, y, k, alpha=alpha, seed=seed, max_tries=1000))
+
+
+@SETTINGS
+@given(sizes, st.integers(1, 4), st.sampled_from([1e-6, 0.5, 1.0, 1e6]), st.integers(0, 2**31))
+def test_dirichlet_mix_properties(n_k, num_classes, alpha, seed):
+    (n, k), (x, y) = n_k, records(n_k[0], num_classes, seed)
+    fd = dirichlet_mix(x, y, k, alpha=alpha, seed=seed)
+    assert fd.num_silos == k and int(fd.counts.max()) - int(fd.counts.min()) <= 1
+    assert_exactly_once(fd, n)
+    check_layout(fd, x, y)
+    assert_same(fd, dirichlet_mix(x, y, k, alpha=alpha, seed=seed))
+
+
+def mean_simpson(fd: FederatedData, num_classes: int) -> float:
+    """Mean over silos of sum_k share_k^2, the chance that two of a silo's records share a label."""
+    return float(np.mean([((np.bincount(yi, minlength=num_classes) / len(yi)) ** 2).sum()
+                          for _, yi in host_silos(fd)]))
+
+
+def test_dirichlet_mix_is_hsu_et_al_per_silo_skew():
+    """Closed forms for m records per silo drawn from a mix q: E[sum share^2] = E[sum q^2] + (1 - E[sum q^2]) / m.
+    Hsu et al.'s q ~ Dir(alpha p), p uniform over K = 10, alpha = 1: E[sum q^2] = (alpha/K + 1)/(alpha + 1) = 0.55,
+    lowered a little by the classes that run out late (their slots take other classes). The per-class split
+    (dirichlet) leaves q close to Dir(alpha 1_K): (alpha + 1)/(K alpha + 1) = 0.18. alpha -> inf: q = p, 0.1."""
+    x, y = records(10_000, 10, seed=1)
+    p2 = float(((np.bincount(y) / len(y)) ** 2).sum())
+    flat = mean_simpson(dirichlet_mix(x, y, 200, alpha=1e6, seed=0), 10)
+    assert abs(flat - (p2 + (1 - p2) / 50)) < 0.005, flat
+    hsu = np.mean([mean_simpson(dirichlet_mix(x, y, 200, alpha=1.0, seed=s), 10) for s in range(3)])
+    per_class = np.mean([mean_simpson(dirichlet(x, y, 200, alpha=1.0, seed=s), 10) for s in range(3)])
+    assert 0.45 < hsu < 0.55 + 0.45 / 50 + 0.01, hsu
+    assert abs(per_class - (2 / 11 + (9 / 11) / 50)) < 0.03, per_class
 
 
 @SETTINGS
@@ -235,6 +267,7 @@ def test_shards_give_few_labels_per_silo():
 def test_bad_num_silos(k):
     x, y = records(10, 2)
     for fn in (lambda: iid(x, y, k, seed=0), lambda: dirichlet(x, y, k, alpha=1.0, seed=0),
+               lambda: dirichlet_mix(x, y, k, alpha=1.0, seed=0),
                lambda: shards(x, y, k, 1, seed=0), lambda: sorted_by_target(x, y, k)):
         with pytest.raises(ValueError, match=f"num_silos.*{k}"):
             fn()
@@ -248,6 +281,10 @@ def test_bad_inputs_name_the_value():
         dirichlet(x, y, 2, alpha=-1, seed=0)
     with pytest.raises(ValueError, match="alpha.*nan"):
         dirichlet(x, y, 2, alpha=float("nan"), seed=0)
+    with pytest.raises(ValueError, match="alpha.*0"):
+        dirichlet_mix(x, y, 2, alpha=0.0, seed=0)
+    with pytest.raises(ValueError, match="1-D labels"):
+        dirichlet_mix(x, np.stack([y, y], 1), 2, alpha=1.0, seed=0)
     with pytest.raises(ValueError, match="unknown class 7"):
         one_class_per_silo(x, y, classes=[0, 7])
     with pytest.raises(ValueError, match="unknown class 9"):

@@ -66,6 +66,19 @@ def test_mnist_label_skew(mnist):
 def test_mnist_bad_eval_split():
     with pytest.raises(ValueError, match="eval_split"):
         D.mnist_clients(eval_split="val")
+    with pytest.raises(ValueError, match="partition.*'hsu2019'"):
+        D.mnist_clients(partition="hsu2019")
+
+
+def test_mnist_hsu_partition(mnist):
+    hsu = D.mnist_clients(partition="hsu")
+    stats = D.client_count_stats(hsu.train)
+    assert stats["total"] == 50_000 and stats["min"] == stats["max"] == 500  # equal sizes: std 0, not 73.10
+    np.testing.assert_array_equal(np.bincount(_pooled_labels(hsu.train), minlength=10),
+                                  np.bincount(_pooled_labels(mnist.train), minlength=10))
+    assert "Hsu" in hsu.info["partition"] and "not Hsu" in mnist.info["partition"]
+    top = [np.bincount(hsu.train.silo(i)[1], minlength=10).max() / 500 for i in range(100)]
+    assert np.mean(top) > 0.5  # per-client Dirichlet(0.1, ...) mixes: one class holds most of a client
 
 
 # ------------------------------------------------------------------------------------------------
