@@ -4,7 +4,8 @@ from jaxfl.data.loaders import (DATASETS, OBESITY_CLASSES, insurance_feature_nam
                                 load_cifar10, load_cifar10_subset, load_covtype_binary, load_digits, load_fashion_mnist,
                                 load_insurance, load_libsvm, load_mnist, load_obesity, obesity_feature_names, read_idx)
 from jaxfl.data.partition import (EVEN_ODD_PAIRS, by_silo_ids, choose_silo_classes, class_limited, dirichlet,
-                                  dirichlet_mix, iid, label_pairs, one_class_per_silo, shards, sorted_by_target, train_test_split_per_silo)
+                                  dirichlet_mix, iid, label_pairs, one_class_per_silo, shards, sorted_by_target,
+                                  train_test_split_per_silo)
 from jaxfl.data.preprocess import AffineFit, PCAFit, add_bias_column, minmax_scale, one_hot, pca, standardize
 from jaxfl.data.users import group_by_user, per_user_loss
 from jaxfl.data.sources import (REGISTRY, ChecksumError, FileSpec, Source, data_dirs, download, find_file, locate,
@@ -12,7 +13,8 @@ from jaxfl.data.sources import (REGISTRY, ChecksumError, FileSpec, Source, data_
 
 __all__ = [
     "FederatedData", "from_silos",
-    "iid", "one_class_per_silo", "label_pairs", "sorted_by_target", "dirichlet", "dirichlet_mix", "shards", "by_silo_ids",
+    "iid", "one_class_per_silo", "label_pairs", "sorted_by_target", "dirichlet", "dirichlet_mix", "shards",
+    "by_silo_ids",
     "train_test_split_per_silo", "EVEN_ODD_PAIRS", "choose_silo_classes", "class_limited", "group_by_user",
     "per_user_loss",
     "standardize", "minmax_scale", "pca", "one_hot", "add_bias_column", "AffineFit", "PCAFit",
