@@ -7,8 +7,8 @@ is a generator's throughput. This measures, in one process on one block of ``--n
 * jaxfl's noise generator, :func:`jaxfl.privacy.normal.standard_normal` (threefry2x32 on explicit
   counters, both output words used: two normals per hash; addressable and identical on 1 and N devices;
   the hash written in ``jax.numpy`` ops that XLA fuses with the normal transform), and the same samples
-  with JAX's ``threefry2x32`` primitive as the hash (:func:`jaxfl.privacy.normal.normal_pairs`, what the
-  noise used before the fused hash),
+  with JAX's ``threefry2x32`` primitive as the hash (``jax.extend.random.threefry_2x32``, what the noise
+  used before the fused hash),
 * ``jax.random.normal`` under ``jit`` for each key implementation (threefry2x32, the default key, which
   folds the hash's two words into one normal; philox4x32; rbg; unsafe_rbg),
 * NumPy's ``Generator.standard_normal(dtype=float32)`` (PCG64 + ziggurat: what a NumPy user calls),
@@ -29,8 +29,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry_2x32
+
 from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
-from jaxfl.privacy.normal import normal_pairs, standard_normal
+from jaxfl.privacy.normal import normal_from_bits, standard_normal
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
 
@@ -59,8 +61,9 @@ def main():
                      best_seconds(lambda: ours(key).block_until_ready(), repeats=args.repeats))]
 
     def primitive_hash(k):
-        even, odd = normal_pairs(jax.random.key_data(k), 0, jnp.arange(n // 2, dtype=jnp.uint32))
-        return jnp.stack([even, odd], axis=-1).reshape(-1)
+        counters = jnp.stack([jnp.zeros(n // 2, jnp.uint32), jnp.arange(n // 2, dtype=jnp.uint32)])
+        even, odd = threefry_2x32(jax.random.key_data(k), counters)
+        return jnp.stack([normal_from_bits(even), normal_from_bits(odd)], axis=-1).reshape(-1)
 
     primitive = jax.jit(primitive_hash)
     if n % 2 == 0 and not bool(jnp.all(primitive(key) == ours(key))):
