@@ -15,7 +15,9 @@ temporaries) and, in a fresh subprocess, the measured rise of the process's peak
 (``resource.getrusage``'s ``ru_maxrss``) during the program's first run after compilation; the rise is
 only what the run adds above the peak compilation reached, so it is a lower bound and the XLA figure is
 the one of record. A batched row encodes ``B``
-clients of one MNIST LeNet-5 update (582,026 parameters, 8 tensors, 7 bits each) under ``vmap``.
+clients of one MNIST LeNet-5 update (582,026 parameters, 8 tensors, 7 bits each) under ``vmap``, interleaved
+with the same encoder hashing its tiles by JAX's ``threefry2x32`` primitive (the encoder before 553f767,
+``seconds_primitive_hash``), and checks that the two choose the same indices.
 
 Usage: python bench/rec_kernel.py [--sizes 10000 100000 1000000] [--bits 7] [--repeats 5]
                                   [--out bench/results/rec_kernel.json]
@@ -23,9 +25,11 @@ Usage: python bench/rec_kernel.py [--sizes 10000 100000 1000000] [--bits 7] [--r
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
+from unittest import mock
 
 try:
     import resource  # POSIX only
@@ -37,6 +41,10 @@ import jax.numpy as jnp
 
 from jaxfl.compression import rec
 from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
+from jaxfl.privacy import normal
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the sibling benchmark, under `jaxfl bench` too
+from noise_rate import primitive_normal_pairs  # noqa: E402
 
 SIGMA = 0.005
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters
@@ -141,12 +149,24 @@ def main(argv=None) -> int:
     mus = jax.random.normal(jax.random.PRNGKey(0), (b, lenet.size)) * SIGMA
     seeds = jnp.arange(b, dtype=jnp.uint32)
     keys = jax.random.split(jax.random.PRNGKey(1), b)
-    t_batched = best_seconds(batched, mus, seeds, keys, repeats=max(1, args.repeats // 2))
+    # the same encoder with its tiles hashed by JAX's threefry primitive (the encoder before 553f767): traced
+    # with normal_pairs swapped for the primitive version, so it is its own compiled program
+    with mock.patch.object(normal, "normal_pairs", primitive_normal_pairs):
+        batched_primitive = jax.jit(jax.vmap(lambda m, s, k: rec.encode(m, s, k, lenet, SIGMA))).lower(
+            mus, seeds, keys).compile()
+    same = bool(jnp.array_equal(batched(mus, seeds, keys), batched_primitive(mus, seeds, keys)))
+    t_batched = t_primitive = math.inf
+    for _ in range(max(1, args.repeats // 2)):   # the two encoders interleaved, best of each
+        t_batched = min(t_batched, best_seconds(batched, mus, seeds, keys, repeats=1, warmup=False))
+        t_primitive = min(t_primitive, best_seconds(batched_primitive, mus, seeds, keys, repeats=1, warmup=False))
     t_bare = best_seconds(bare_batched, jax.random.PRNGKey(2), repeats=max(1, args.repeats // 2))
     lenet_row = {"model": "MnistLeNet5 (582,026 params, 8 tensors)", "clients": b, "K": 2**args.bits,
-                 "seconds_fused": t_batched, "seconds_bare_normal": t_bare, "ratio_bare_over_fused": t_bare / t_batched}
+                 "seconds_fused": t_batched, "seconds_bare_normal": t_bare, "ratio_bare_over_fused": t_bare / t_batched,
+                 "seconds_primitive_hash": t_primitive, "ratio_primitive_hash_over_fused": t_primitive / t_batched,
+                 "primitive_hash_same_indices": same}
     print(f"LeNet-5 x {b} clients (vmap): fused {t_batched:.2f} s, bare normal {t_bare:.2f} s, "
-          f"ratio {t_bare / t_batched:.2f}")
+          f"ratio {t_bare / t_batched:.2f}; with the primitive hash {t_primitive:.2f} s "
+          f"({t_primitive / t_batched:.2f}x the fused; same indices: {same})")
 
     record = {
         "benchmark": "rec_kernel",
