@@ -41,7 +41,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-for job in ${JOBS:-t2t t1mt t1ft t4t f1t t2 c10 rec}; do  # Table 2 first: no run of it yet
+for job in ${JOBS:-t2t t1mt t1ft t4t f1t lrf t2 c10 rec}; do  # Table 2 first: no run of it yet
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
@@ -50,6 +50,7 @@ for job in ${JOBS:-t2t t1mt t1ft t4t f1t t2 c10 rec}; do  # Table 2 first: no ru
     t2) study t2 huang-jdp/table2 $R/table2/gpu "" "n = 256" ;;
     t2t) study t2t huang-jdp/table2 $R/table2/gpu/dp-tuned dp-tuned "n = 256" ;;
     f1t) study f1t huang-jdp/figure1 $R/figure1/gpu/dp-tuned dp-tuned "n = 128" "n = 256" "n = 512" ;;  # n <= 64: CPU
+    lrf) study lrf huang-jdp/dp-learning-rate $R/dp-learning-rate/fashion-mnist/gpu fashion-mnist "n = 64" ;;  # MNIST's: CPU
     t4t) study t4t huang-jdp/table4 $R/table4/gpu/dp-tuned dp-tuned "n = 256, m/r = 1" "n = 256, m/r = 2" \
            "n = 256, m/r = 5" "n = 256, m/r = 10" "n = 256, m/r = 20" ;;
     c10) study c10 lowy-nonconvex/cifar10 results/lowy-nonconvex/cifar10/gpu "" ;;   # issue 15: the full grid
