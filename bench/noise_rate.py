@@ -44,6 +44,7 @@ def primitive_normal_pairs(key_data, rows, pairs):
     w0, w1 = threefry_2x32(key_data, jnp.stack([rows.ravel(), pairs.ravel()]))
     return normal_from_bits(w0).reshape(rows.shape), normal_from_bits(w1).reshape(rows.shape)
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--normals", type=int, default=2**24)

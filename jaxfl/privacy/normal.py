@@ -18,9 +18,10 @@ loop over whole arrays; ``bench/noise_rate.py``). Tiles that a reduction consume
 DP-REC's encoder) are hashed the same way and materialized behind ``lax.optimization_barrier``: the hash
 and transform stay one vectorised elementwise loop, and the consumer's reduction keeps its own loop and
 summation order (without the barrier XLA fuses them and reorders the sum). The words equal JAX's
-``threefry2x32`` primitive's (tested, with Random123's known answers). The ``u -> z`` map is the one ``jax.random.normal`` uses for
-float32; it is XLA's ``erf_inv``, which XLA:CPU in JAX 0.10 evaluates alike in every program, and in JAX 0.12
-may round a few ulps apart between programs (e.g. fused under ``vmap`` against op by op).
+``threefry2x32`` primitive's (tested, with Random123's known answers). The ``u -> z`` map is the one
+``jax.random.normal`` uses for float32; it is XLA's ``erf_inv``, which XLA:CPU in JAX 0.10 evaluates alike in
+every program, and in JAX 0.12 may round a few ulps apart between programs (e.g. fused under ``vmap`` against
+op by op).
 """
 from __future__ import annotations
 

@@ -257,7 +257,8 @@ def test_dp_rate_notes_name_the_dataset_and_the_best_rate_per_regime(tmp_path, m
         {"learning_rate": lr, "metrics": {"test_error": e}} for lr, e in ((0.1, 0.3), (0.3, 0.2))]}))
     acc = {(H.FULL, 0.01): 0.5, (H.FULL, 0.1): 0.7, (H.JOINT, 0.01): 0.6, (H.JOINT, 0.1): 0.45}
     runs = [{"panel": "n = 4", "algorithm": H._dp_rate_label(label, lr), "epsilon": 1.0,
-             "learning_rate": lr, "metrics": {"test_accuracy": a, "test_error": 1 - a}} for (label, lr), a in acc.items()]
+             "learning_rate": lr, "metrics": {"test_accuracy": a, "test_error": 1 - a}}
+            for (label, lr), a in acc.items()]
     # n = 64 favours 0.01 by far; the dp-tuned choice (over n = 4 and 16) stays 0.1 (mean validation error 0.425
     # against 0.45 at 0.01), which counting n = 64 would flip (0.583 against 0.333)
     runs += [{"panel": "n = 64", "algorithm": H._dp_rate_label(H.FULL, lr), "epsilon": 1.0, "learning_rate": lr,
