@@ -309,7 +309,10 @@ def tuned_learning_rate(dataset: str, results_dir=None, study: str | None = None
         command = f"jaxfl reproduce huang-jdp/{name}" + (f" --variant {variant}" if variant else "")
         raise ValueError(f"no tuning results at {path}: run `{command}` first")
     panels = DP_RATE_CHOICE_PANELS if study == "dp-learning-rate" else None
-    return _chosen(_validation_errors(json.loads(path.read_text())["runs"], panels))
+    errors = _validation_errors(json.loads(path.read_text())["runs"], panels)
+    if not errors:
+        raise ValueError(f"no runs of the panels {', '.join(panels or ())} in {path} to choose a learning rate from")
+    return _chosen(errors)
 
 
 def _tuning_notes(doc: dict) -> str:

@@ -221,6 +221,9 @@ def test_dp_regimes_take_the_private_learning_rates_when_the_study_sets_them(tmp
     assert H.tuned_learning_rate("mnist", results_dir=tmp_path, study="dp-learning-rate") == 0.03
     with pytest.raises(ValueError, match="huang-jdp/dp-learning-rate"):
         H.tuned_learning_rate("mnist", results_dir=tmp_path / "missing", study="dp-learning-rate")
+    (tmp_path / "results.json").write_text(json.dumps({"runs": [r for r in runs if r["panel"] == "n = 64"]}))
+    with pytest.raises(ValueError, match="no runs of the panels n = 4, n = 16"):
+        H.tuned_learning_rate("mnist", results_dir=tmp_path, study="dp-learning-rate")
 
 
 def test_dp_tuned_variants_read_the_rate_chosen_on_their_own_dataset(tmp_path, monkeypatch):
@@ -290,7 +293,8 @@ def test_dp_tuned_reuses_the_base_forms_parts_for_the_regimes_it_leaves_unchange
     monkeypatch.setattr(H, "REPO", tmp_path)
     rates = tmp_path / "results" / "huang-jdp" / "dp-learning-rate"
     rates.mkdir(parents=True)
-    (rates / "results.json").write_text(json.dumps({"runs": [{"learning_rate": 0.02, "metrics": {"test_error": 0.5}}]}))
+    (rates / "results.json").write_text(json.dumps({"runs": [{"panel": "n = 4", "learning_rate": 0.02,
+                                                               "metrics": {"test_error": 0.5}}]}))
     ran = []
     real = study_lib._sweep
     monkeypatch.setattr(study_lib, "_sweep", lambda study, family, *a: ran.append(family.name) or real(study, family, *a))
