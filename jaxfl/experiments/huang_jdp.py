@@ -741,7 +741,9 @@ def _dp_rate_notes(doc: dict) -> str:
                            f"{CHANCE}):",
                            header, rows)
     lines += ["", "Best rate per regime and panel: " + "; ".join(
-        f"{label}, {panel}: {lr:g} ({acc:.4f})" for (panel, label), (lr, acc) in best.items())
+        f"{label}, {panel}: " + (f"{lr:g} ({acc:.4f})" if acc >= CHANCE + 0.05 else
+                                 f"none above chance (best {acc:.4f}, at {lr:g}; below {CHANCE + 0.05:.3f})")
+        for (panel, label), (lr, acc) in best.items())
         + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate(dataset):g}; the "
         f"dp-tuned variants use the lowest mean validation error over {' and '.join(DP_RATE_CHOICE_PANELS)}: "
         f"{_chosen(_validation_errors(doc['runs'], DP_RATE_CHOICE_PANELS)):g}."]

@@ -266,10 +266,15 @@ def test_dp_rate_notes_name_the_dataset_and_the_best_rate_per_regime(tmp_path, m
     # against 0.45 at 0.01), which counting n = 64 would flip (0.583 against 0.333)
     runs += [{"panel": "n = 64", "algorithm": H._dp_rate_label(H.FULL, lr), "epsilon": 1.0, "learning_rate": lr,
               "metrics": {"test_accuracy": a, "test_error": 1 - a}} for lr, a in ((0.01, 0.9), (0.1, 0.1))]
+    # a regime no rate lifts above chance (CHANCE + 0.05) has no best rate
+    runs += [{"panel": "n = 64", "algorithm": H._dp_rate_label(H.JOINT, lr), "epsilon": 1.0, "learning_rate": lr,
+              "metrics": {"test_accuracy": a, "test_error": 1 - a}} for lr, a in ((0.01, 0.13), (0.1, 0.17))]
     text = H._dp_rate_notes({"runs": runs, "config": {"settings": {"dataset": "fashion-mnist"}}})
     assert "per learning rate (fashion-mnist; chance: 0.125)" in text
-    assert "| 0.01 | 0.5000 | 0.6000 | 0.9000 | - |" in text and "| 0.1 | 0.7000 | 0.4500 | 0.1000 | - |" in text
-    assert f"{H.FULL}, n = 4: 0.1 (0.7000); {H.JOINT}, n = 4: 0.01 (0.6000); {H.FULL}, n = 64: 0.01 (0.9000)." in text
+    assert "| 0.01 | 0.5000 | 0.6000 | 0.9000 | 0.1300 |" in text
+    assert "| 0.1 | 0.7000 | 0.4500 | 0.1000 | 0.1700 |" in text
+    assert (f"{H.FULL}, n = 4: 0.1 (0.7000); {H.JOINT}, n = 4: 0.01 (0.6000); {H.FULL}, n = 64: 0.01 (0.9000); "
+            f"{H.JOINT}, n = 64: none above chance (best 0.1700, at 0.1; below 0.175).") in text
     assert "no-DP validation error) chose 0.3; the dp-tuned variants use the lowest mean validation error over " \
            "n = 4 and n = 16: 0.1." in text
 
