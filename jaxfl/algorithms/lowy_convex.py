@@ -47,6 +47,7 @@ from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle, uniform
 from jaxfl.privacy.clipping import clip_update, clipped_grad_sum, per_example_grads
+from jaxfl.privacy.microbatch import check_microbatch
 from jaxfl.privacy.noise import add_gaussian_noise
 
 CALIBRATIONS = ("theorem", "experiment", "accountant")
@@ -361,7 +362,7 @@ def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
 def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, noise_multiplier=0.0,
                         silos_per_round=None, projection: Callable | None = None, averaging: str = "last",
                         mu: float = 0.0, aggregator=weighted_sum, name: str | None = None,
-                        window: int = 8) -> FederatedAlgorithm:
+                        window: int = 8, microbatch="auto") -> FederatedAlgorithm:
     """Noisy ISRL-DP MB-SGD (Alg. 2; Alg. 7 with one ``z_i`` per silo).
 
     Each available silo draws ``batch_size`` records uniformly with replacement and sends
@@ -373,11 +374,13 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
     :func:`calibrate_minibatch_sgd`. For non-smooth losses pass ``moreau_envelope(loss, beta)``.
 
     Privacy per round and silo: ``SampledWithReplacementDpEvent(n_i, K, Gaussian(z_i))``, replace-one
-    neighbours (account with ``accountant="lowy"``).
+    neighbours (account with ``accountant="lowy"``). ``microbatch``: the clipped sum taken in slices of this
+    many records (``"auto"``, ``None`` or an int, as in :func:`jaxfl.algorithms.sgd.minibatch_sgd`; memory
+    and speed only).
     """
     private = check_private_args(clip_norm, noise_multiplier)
     server_opt = optax.sgd(step_size)
-    sampler = local.make_sampler(batch_size=batch_size)
+    sampler = local.make_sampler(batch_size=batch_size, microbatch=microbatch)
     shared_z, silo_z = per_silo_noise(noise_multiplier)
 
     def client(params, x, y, count, silo_key, z=shared_z):
@@ -716,7 +719,7 @@ def one_pass_privacy(batch_size, events_for, central_for=None):
 def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: int, clip_norm: float,
                               noise_multiplier=0.0, mu: float = 0.0, regularization: float = 0.0,
                               sampling: str = "one_pass", silos_per_round=None, projection: Callable | None = None,
-                              name: str | None = None) -> FederatedAlgorithm:
+                              microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Accelerated noisy MB-SGD (Alg. 1, AC-SA made ISRL-DP).
 
     Round ``r`` (``alpha, eta`` from ``schedule``; ``mu_eff = mu + regularization``):
@@ -734,11 +737,15 @@ def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: in
         for the run), ``R <= floor(n_i / K)``; privacy by parallel composition (calibrate with
         :func:`calibrate_one_pass`). ``"with_replacement"`` -- federated ERM (Thm 4.1), any number of
         passes; noise as Alg. 2 (:func:`calibrate_minibatch_sgd`), accounted by ``"lowy"``.
+      microbatch: the clipped sum taken in slices of this many records (``"auto"``, ``None`` or an int, as in
+        :func:`jaxfl.algorithms.sgd.minibatch_sgd`; memory and speed only).
     """
     private = check_private_args(clip_norm, noise_multiplier)
+    microbatch = check_microbatch(microbatch)
 
     def message(w_md, batch, noise_key, z):
-        return local.noisy_batch_gradient(loss_fn, w_md, batch, noise_key, clip_norm=clip_norm, noise_multiplier=z)
+        return local.noisy_batch_gradient(loss_fn, w_md, batch, noise_key, clip_norm=clip_norm, noise_multiplier=z,
+                                          microbatch=microbatch)
 
     # A Gaussian of std zC on the silo's clipped sum, for replace-one neighbours (sensitivity 2C).
     gaussians = lambda counts: [clipped_sum_gaussian(z, dp_accounting.NeighboringRelation.REPLACE_ONE)

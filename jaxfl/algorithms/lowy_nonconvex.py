@@ -61,6 +61,7 @@ from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle
 from jaxfl.privacy.clipping import clip_by_global_norm, clipped_grad_sum, per_example_grads
+from jaxfl.privacy.microbatch import check_microbatch
 from jaxfl.privacy.noise import gaussian_like, noisy_clipped_mean
 
 SPIDER, SVRG = "spider", "svrg"
@@ -109,16 +110,20 @@ class _Mechanism(NamedTuple):
     init: Callable = lambda params: None  # checks init's params against what the mechanism was built for
 
 
-def _gaussian(loss_fn, clip_norm, z_fresh, z_diff) -> _Mechanism:
+def _gaussian(loss_fn, clip_norm, z_fresh, z_diff, microbatch="auto") -> _Mechanism:
     """ISRL-DP: each silo adds its own Gaussian noise (std ``z C`` on a clipped sum, ``z2 * bound`` on a
-    clipped difference sum) and sends its mean; the server averages over participants."""
+    clipped difference sum) and sends its mean; the server averages over participants. ``microbatch``: how
+    each clipped sum is sliced (:func:`jaxfl.privacy.clipping.clipped_grad_sum`)."""
+    microbatch = check_microbatch(microbatch)
 
     def fresh(params, batch, key):
-        return local.noisy_batch_gradient(loss_fn, params, batch, key, clip_norm=clip_norm, noise_multiplier=z_fresh)[0]
+        return local.noisy_batch_gradient(loss_fn, params, batch, key, clip_norm=clip_norm, noise_multiplier=z_fresh,
+                                          microbatch=microbatch)[0]
 
     def difference(params, reference, batch, key, bound):
-        at_w = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm).value
-        at_ref = clipped_grad_sum(loss_fn, reference, batch.x, batch.y, batch.weights, clip_norm).value
+        def clipped(at):
+            return clipped_grad_sum(loss_fn, at, batch.x, batch.y, batch.weights, clip_norm, microbatch=microbatch)
+        at_w, at_ref = clipped(params).value, clipped(reference).value
         noiseless = z_diff is None or is_zero(z_diff)
         return noisy_clipped_mean(jax.tree_util.tree_map(jnp.subtract, at_w, at_ref),
                                   None if noiseless else gaussian_like(key, params, 1.0), clip_norm=bound,
@@ -389,7 +394,7 @@ def _sampler(batch_size):
 def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: int | None = None,
                    difference_batch_size: int | None = None, noise_multiplier=0.0, difference_noise_multiplier=None,
                    smoothness: float | None = None, prox=None, silos_per_round=None, output: str = "last",
-                   name: str | None = None) -> FederatedAlgorithm:
+                   microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP FedProx-SPIDER (Alg. 3).
 
     Round ``r``: if ``r % q == 0`` each available silo sends its clipped minibatch gradient at ``w_r``
@@ -413,6 +418,10 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
       prox: a :mod:`jaxfl.algorithms.prox` operator for ``f1`` (None: ``f1 = 0``).
       output: ``"last"`` (``w_R``) or ``"uniform"`` (an iterate drawn uniformly, the theory's output;
         server-side post-processing). Read it with :func:`output_params`.
+      microbatch: each clipped sum (fresh and difference) taken in slices of this many records: ``"auto"``
+        (default; slices on the CPU backend when a batch's intermediates overflow the cache), ``None`` (the
+        whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the same
+        sums to float rounding, the same privacy. The other constructors of this module take it too.
 
     Privacy per silo and round: a sampled Gaussian ``z1`` at checkpoints, ``z2`` otherwise, composed
     round by round through a :class:`~jaxfl.accounting.ledger.RoundCycleDpEvent` (``"lowy"`` for draws
@@ -425,7 +434,7 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
     fresh_sampler = _sampler(batch_size)
     diff_sampler = _sampler(batch_size if difference_batch_size is None else difference_batch_size)
     return _variance_reduced(
-        kind=SPIDER, period=phase_length, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, z2),
+        kind=SPIDER, period=phase_length, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, z2, microbatch),
         step_size=step_size, prox=prox, sampling=fresh_sampler.kind, fresh_sampler=fresh_sampler,
         diff_sampler=diff_sampler, clip_norm=clip_norm, smoothness=smoothness, silos_per_round=silos_per_round,
         output=output, restart_length=None,
@@ -436,7 +445,7 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
 
 def alt_fed_spider(loss_fn, *, step_size, batch_size: int, clip_norm, noise_multiplier=0.0,
                    difference_noise_multiplier=None, silos_per_round=None, output: str = "last",
-                   name: str | None = None) -> FederatedAlgorithm:
+                   microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP Fed-SPIDER, the alternate implementation (Alg. 11, no prox): each of its rounds sends a
     SPIDER difference and a fresh gradient, two messages and two model updates. This is
     :func:`fedprox_spider` with ``q = 2``: **one Alg.-11 round is two engine rounds** (a difference round
@@ -447,12 +456,12 @@ def alt_fed_spider(loss_fn, *, step_size, batch_size: int, clip_norm, noise_mult
     """
     return fedprox_spider(loss_fn, step_size=step_size, phase_length=2, clip_norm=clip_norm, batch_size=batch_size,
                           noise_multiplier=noise_multiplier, difference_noise_multiplier=difference_noise_multiplier,
-                          silos_per_round=silos_per_round, output=output,
+                          silos_per_round=silos_per_round, output=output, microbatch=microbatch,
                           name=name or ("dp_alt_fed_spider" if not is_zero(noise_multiplier) else "alt_fed_spider"))
 
 
 def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noise_multiplier=0.0, prox=None,
-                   silos_per_round=None, sampling: str = "one_pass", output: str = "last",
+                   silos_per_round=None, sampling: str = "one_pass", output: str = "last", microbatch="auto",
                    name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP noisy distributed proximal SGD (Alg. 6): each available silo sends its clipped minibatch
     gradient at ``w_r`` plus ``N(0, (z C)^2)`` on the sum; ``w_{r+1} = prox_{eta f1}(w_r - eta mean)``
@@ -478,26 +487,28 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
     else:
         privacy = _gaussian_privacy(SPIDER, 1, sampler, sampler, noise_multiplier, None)
     return _variance_reduced(
-        kind=SPIDER, period=1, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, None), step_size=step_size,
+        kind=SPIDER, period=1, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, None, microbatch),
+        step_size=step_size,
         prox=prox, sampling=sampling, fresh_sampler=sampler, diff_sampler=sampler, clip_norm=clip_norm,
         smoothness=None, silos_per_round=silos_per_round, output=output, restart_length=None, privacy=privacy,
         name=name or ("dp_prox_sgd" if private else "prox_sgd"))
 
 
 def noisy_prox_gd(loss_fn, *, step_size, clip_norm, noise_multiplier=0.0, prox=None, silos_per_round=None,
-                  output: str = "last", name: str | None = None) -> FederatedAlgorithm:
+                  output: str = "last", microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP noisy distributed proximal gradient descent: :func:`noisy_prox_sgd` on full local batches
     (every round uses every record; rounds compose, e.g. by ``"rdp"``)."""
     private = not is_zero(noise_multiplier)
     return noisy_prox_sgd(loss_fn, step_size=step_size, batch_size=None, clip_norm=clip_norm,
                           noise_multiplier=noise_multiplier, prox=prox, silos_per_round=silos_per_round,
-                          sampling="full", output=output, name=name or ("dp_prox_gd" if private else "prox_gd"))
+                          sampling="full", output=output, microbatch=microbatch,
+                          name=name or ("dp_prox_gd" if private else "prox_gd"))
 
 
 def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip_norm, noise_multiplier=0.0,
                  difference_noise_multiplier=None, smoothness: float | None = None, prox=None,
                  silos_per_round=None, output: str = "uniform", restart_length: int | None = None,
-                 name: str | None = None) -> FederatedAlgorithm:
+                 microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP FedProx-SVRG (Alg. 1), one round per inner step.
 
     Epochs of ``Q = epoch_length`` rounds (the paper's ``floor(n / K)``) share one silo sample. At an
@@ -515,7 +526,7 @@ def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip
     z2 = noise_multiplier if difference_noise_multiplier is None else difference_noise_multiplier
     full, sampler = local.make_sampler(), _sampler(batch_size)
     return _variance_reduced(
-        kind=SVRG, period=epoch_length, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, z2),
+        kind=SVRG, period=epoch_length, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, z2, microbatch),
         step_size=step_size, prox=prox, sampling="full", fresh_sampler=full, diff_sampler=sampler,
         clip_norm=clip_norm, smoothness=smoothness, silos_per_round=silos_per_round, output=output,
         restart_length=restart_length,
@@ -525,7 +536,7 @@ def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip
 
 def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, epochs: int, clip_norm,
                     noise_multiplier=0.0, difference_noise_multiplier=None, smoothness: float | None = None,
-                    prox=None, silos_per_round=None, name: str | None = None) -> FederatedAlgorithm:
+                    prox=None, silos_per_round=None, microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP FedProx-PL-SVRG (Alg. 2): :func:`fedprox_svrg` restarted from its uniformly drawn iterate
     every ``epochs * epoch_length`` rounds; run ``S`` restarts as ``S * epochs * epoch_length`` rounds. The
     output is the iterate after the last restart (``state.params`` at a restart boundary).
@@ -535,7 +546,7 @@ def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, e
                        clip_norm=clip_norm, noise_multiplier=noise_multiplier,
                        difference_noise_multiplier=difference_noise_multiplier, smoothness=smoothness, prox=prox,
                        silos_per_round=silos_per_round, output="uniform",
-                       restart_length=int(epochs) * int(epoch_length), name=name)
+                       restart_length=int(epochs) * int(epoch_length), microbatch=microbatch, name=name)
     return alg._replace(name=name or alg.name.replace("svrg", "pl_svrg"))
 
 
