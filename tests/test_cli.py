@@ -1,5 +1,6 @@
 """The jaxfl command line: demo, list, account, reproduce, bench; errors are one line with exit 2."""
 import json
+import os
 import subprocess
 import sys
 
@@ -116,6 +117,30 @@ def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(mo
         assert _source_label(source) == "0123456789ab (declared)"
     finally:
         report.source_revision.cache_clear()
+
+
+@pytest.mark.slow
+def test_a_run_records_the_code_checked_out_when_it_started(tmp_path, monkeypatch):
+    """A commit made while a study runs does not relabel it: the parts and results.json name the commit of
+    the start (stood in for by $JAXFL_SOURCE_COMMIT, changed after the run began)."""
+    from jaxfl.experiments import report, study
+
+    original = study._stored_sweep
+
+    def commit_meanwhile(*args, **kwargs):
+        monkeypatch.setenv(report.SOURCE_ENV, "after")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(study, "_stored_sweep", commit_meanwhile)
+    monkeypatch.setenv(report.SOURCE_ENV, "before")
+    report.source_revision.cache_clear()
+    try:
+        assert main(["reproduce", "demo", "--quick", "--out", str(tmp_path)]) == 0
+    finally:
+        report.source_revision.cache_clear()
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert os.environ[report.SOURCE_ENV] == "after"  # the stand-in commit did happen during the run
+    assert doc["source"]["commit"] == "before" and doc["config"]["parts_sources"] == ["before (declared)"]
 
 
 @pytest.mark.slow

@@ -178,8 +178,10 @@ a ``.git`` that is not its own (a lent GPU machine's copy once read a stale one)
 def source_revision() -> dict | None:
     """The code that ran: ``{"commit": $JAXFL_SOURCE_COMMIT, "modified": False, "declared": True}`` when that
     variable is set; else ``{"commit": HEAD's sha, "modified": whether the checkout's ``jaxfl/`` differs from
-    it}`` when jaxfl runs from a git checkout; else None. Read once per process (a study's parts may be
-    reused by a later process at another commit: results.json lists theirs too)."""
+    it}`` when jaxfl runs from a git checkout; else None. Read once per process, when a study starts
+    (:func:`jaxfl.experiments.study.run`; a commit made during the run does not relabel it), or at the first
+    record otherwise (a study's parts may be reused by a later process at another commit: results.json lists
+    theirs too)."""
     declared = os.environ.get(SOURCE_ENV, "").strip()
     if declared:  # the launcher knows the tree it shipped; a .git beside it may be another's
         return {"commit": declared, "modified": False, "declared": True}

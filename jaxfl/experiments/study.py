@@ -609,6 +609,9 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
     ``out_dir`` for the final run without a share; its rows are incomplete."""
     if share is not None and out_dir is None:
         raise ValueError("a worker's share needs an out_dir to store its parts and checkpoints in")
+    # The code that runs is the checkout's at the start: read it now, before a commit made during a long run
+    # could be stamped on its parts and results.
+    source_revision()
     t_start = time.perf_counter()
     rows, per_trial = [], []
     for t in range(study.trials):
