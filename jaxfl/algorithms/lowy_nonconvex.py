@@ -488,10 +488,9 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
         privacy = _gaussian_privacy(SPIDER, 1, sampler, sampler, noise_multiplier, None)
     return _variance_reduced(
         kind=SPIDER, period=1, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, None, microbatch),
-        step_size=step_size,
-        prox=prox, sampling=sampling, fresh_sampler=sampler, diff_sampler=sampler, clip_norm=clip_norm,
-        smoothness=None, silos_per_round=silos_per_round, output=output, restart_length=None, privacy=privacy,
-        name=name or ("dp_prox_sgd" if private else "prox_sgd"))
+        step_size=step_size, prox=prox, sampling=sampling, fresh_sampler=sampler, diff_sampler=sampler,
+        clip_norm=clip_norm, smoothness=None, silos_per_round=silos_per_round, output=output, restart_length=None,
+        privacy=privacy, name=name or ("dp_prox_sgd" if private else "prox_sgd"))
 
 
 def noisy_prox_gd(loss_fn, *, step_size, clip_norm, noise_multiplier=0.0, prox=None, silos_per_round=None,

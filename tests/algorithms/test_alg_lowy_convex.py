@@ -316,6 +316,7 @@ def test_theorem_parameters_match_thm_d1_by_hand():
     assert s.rounds == math.ceil(max(2 * 5 / 0.5 * math.log(5 * 4 * 0.5 * 4 * 1e6 / 10), min(4000, 4 * 1e6 / 10)))
 
 
+@pytest.mark.slow
 def test_microbatch_slices_give_the_same_run_to_float_rounding(monkeypatch):
     """MB-SGD's and accelerated MB-SGD's clipped sums in slices of 7 records (K = 20) against the whole batch:
     the same iterates to float rounding; a bad slice size is refused at construction, naming it."""

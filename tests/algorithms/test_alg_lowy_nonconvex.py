@@ -259,12 +259,12 @@ def test_bad_arguments_raise_value_errors():
 
 
 @pytest.mark.parametrize("make", [
-    lambda mb: nc.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=0.5, batch_size=20,
-                                 noise_multiplier=1.0, microbatch=mb),
-    lambda mb: nc.fedprox_svrg(_loss, step_size=ETA, batch_size=20, epoch_length=2, clip_norm=0.5,
-                               noise_multiplier=1.0, microbatch=mb),
-    lambda mb: nc.noisy_prox_gd(_loss, step_size=ETA, clip_norm=0.5, noise_multiplier=1.0, microbatch=mb)],
-    ids=["spider", "svrg", "prox_gd"])
+    pytest.param(lambda mb: nc.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=0.5, batch_size=20,
+                                              noise_multiplier=1.0, microbatch=mb), id="spider"),
+    pytest.param(lambda mb: nc.fedprox_svrg(_loss, step_size=ETA, batch_size=20, epoch_length=2, clip_norm=0.5,
+                                            noise_multiplier=1.0, microbatch=mb), id="svrg", marks=pytest.mark.slow),
+    pytest.param(lambda mb: nc.noisy_prox_gd(_loss, step_size=ETA, clip_norm=0.5, noise_multiplier=1.0,
+                                             microbatch=mb), id="prox_gd", marks=pytest.mark.slow)])
 def test_microbatch_slices_give_the_same_run_to_float_rounding(make, monkeypatch):
     """Fresh and difference clipped sums in slices of 7 records (batches of 20 and 40: padded last slices)
     against the whole batch at once: the same iterates to float rounding, the same privacy statement."""
