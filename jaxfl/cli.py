@@ -118,8 +118,10 @@ def _cmd_tables(args) -> int:
 
 def _cmd_bench(args) -> int:
     from jaxfl.experiments import registry
+    from jaxfl.experiments.report import source_revision
 
     script = registry.benchmark_script(args.name)
+    source_revision()  # the commit checked out now is the code timed, whatever is committed before the JSON is written
     sys.argv = [str(script), *args.bench_args]
     runpy.run_path(str(script), run_name="__main__")
     return 0
