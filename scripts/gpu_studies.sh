@@ -41,7 +41,9 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-for job in ${JOBS:-t2t t1mt t1ft t4t f1t lrf t2 c10 rec}; do  # Table 2 first: no run of it yet
+# Table 1 at the dp-tuned rate first (issue 16's table), then Figure 1's epsilons at n >= 128: at n = 64 no rate
+# trains the DP regimes at eps 1 (dp-learning-rate), so Table 2's eps-1 rows at n = 256 come after them.
+for job in ${JOBS:-t1mt t1ft f1t t2t t4t lrf t2 c10 rec}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
