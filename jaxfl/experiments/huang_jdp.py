@@ -557,13 +557,14 @@ def _table4_notes(doc: dict) -> str:
 
 
 CHANCE = 1 / CLASSES_PER_OWNER  # an owner's test records cover its own classes only
+ABOVE_CHANCE = CHANCE + 0.05  # an accuracy below this is reported as "at chance"
 
 
 def _at_chance(cells) -> str:
     """``"; both regimes at chance (below X) in k of them"`` for ``cells`` of ``(difference, at chance)``, or
     ``""`` when none is."""
     k = sum(at for _, at in cells)
-    return f"; both regimes at chance (below {CHANCE + 0.05:.3f}) in {k} of them" if k else ""
+    return f"; both regimes at chance (below {ABOVE_CHANCE:.3f}) in {k} of them" if k else ""
 
 
 def _figure1_notes(doc: dict) -> str:
@@ -578,7 +579,7 @@ def _figure1_notes(doc: dict) -> str:
         n = int(panel.split("=")[1])
         for eps in epsilons:
             full, joint = (mean(_test_accuracies(doc, panel, label, eps)) for label in (FULL, JOINT))
-            (low if eps <= 10 else high).append((joint - full, max(full, joint) < CHANCE + 0.05))
+            (low if eps <= 10 else high).append((joint - full, max(full, joint) < ABOVE_CHANCE))
             if eps <= 10:
                 gains.setdefault(n, []).append(joint - full)
             rows.append((n, f"{eps:g}", _accuracy(doc, panel, FULL, eps), _accuracy(doc, panel, JOINT, eps),
@@ -741,8 +742,8 @@ def _dp_rate_notes(doc: dict) -> str:
                            f"{CHANCE}):",
                            header, rows)
     lines += ["", "Best rate per regime and panel: " + "; ".join(
-        f"{label}, {panel}: " + (f"{lr:g} ({acc:.4f})" if acc >= CHANCE + 0.05 else
-                                 f"none above chance (best {acc:.4f}, at {lr:g}; below {CHANCE + 0.05:.3f})")
+        f"{label}, {panel}: " + (f"{lr:g} ({acc:.4f})" if acc >= ABOVE_CHANCE else
+                                 f"none above chance (best {acc:.4f}, at {lr:g}; below {ABOVE_CHANCE:.3f})")
         for (panel, label), (lr, acc) in best.items())
         + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate(dataset):g}; the "
         f"dp-tuned variants use the lowest mean validation error over {' and '.join(DP_RATE_CHOICE_PANELS)}: "

@@ -314,32 +314,3 @@ def test_theorem_parameters_match_thm_d1_by_hand():
                                 smoothness=beta, mu=0.5)
     assert s.averaging == "stich" and 0 < s.step_size <= 1 / (2 * beta)
     assert s.rounds == math.ceil(max(2 * 5 / 0.5 * math.log(5 * 4 * 0.5 * 4 * 1e6 / 10), min(4000, 4 * 1e6 / 10)))
-
-
-@pytest.mark.slow
-def test_microbatch_slices_give_the_same_run_to_float_rounding(monkeypatch):
-    """MB-SGD's and accelerated MB-SGD's clipped sums in slices of 7 records (K = 20) against the whole batch:
-    the same iterates to float rounding; a bad slice size is refused at construction, naming it."""
-    from jaxfl.privacy import clipping
-    sizes = []
-    real_sum = clipping.microbatch_sum
-    monkeypatch.setattr(clipping, "microbatch_sum", lambda fn, size, *a: sizes.append(size) or real_sum(fn, size, *a))
-    data = from_silos(make_silos([40, 30, 40, 25], 3))
-    p0 = init_linear(3)
-    algs = {
-        "mbsgd": lambda mb: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=20, clip_norm=0.5,
-                                                            noise_multiplier=1.0, microbatch=mb),
-        "accelerated": lambda mb: lowy_convex.accelerated_minibatch_sgd(
-            logistic_loss, schedule=lowy_convex.acsa_schedule(4, smoothness=1.0, noise_std=0.1, radius=1.0),
-            batch_size=20, clip_norm=0.5, noise_multiplier=1.0, sampling="with_replacement", microbatch=mb)}
-    for name, make in algs.items():
-        sizes.clear()
-        whole = train(make(None), data, p0, rounds=4, key=5, progress=False).state.params
-        assert sizes == [], name
-        sliced = train(make(7), data, p0, rounds=4, key=5, progress=False).state.params
-        assert sizes and set(sizes) == {7}, name  # the sliced run's clipped sums went through the slices
-        leaves = jax.tree_util.tree_leaves
-        for a, b in zip(leaves(whole), leaves(sliced)):
-            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=name)
-        with pytest.raises(ValueError, match="microbatch must be .* got -2"):
-            make(-2)

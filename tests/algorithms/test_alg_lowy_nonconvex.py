@@ -256,31 +256,3 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="silos per round"):
         nc.sdp_prox_sgd(_loss, params=P0, step_size=ETA, batch_size=2, clip_norm=1.0, shuffle_params=(8, 20, 0.25),
                         silos_per_round=None)
-
-
-@pytest.mark.parametrize("make", [
-    pytest.param(lambda mb: nc.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=0.5, batch_size=20,
-                                              noise_multiplier=1.0, microbatch=mb), id="spider"),
-    pytest.param(lambda mb: nc.fedprox_svrg(_loss, step_size=ETA, batch_size=20, epoch_length=2, clip_norm=0.5,
-                                            noise_multiplier=1.0, microbatch=mb), id="svrg", marks=pytest.mark.slow),
-    pytest.param(lambda mb: nc.noisy_prox_gd(_loss, step_size=ETA, clip_norm=0.5, noise_multiplier=1.0,
-                                             microbatch=mb), id="prox_gd", marks=pytest.mark.slow)])
-def test_microbatch_slices_give_the_same_run_to_float_rounding(make, monkeypatch):
-    """Fresh and difference clipped sums in slices of 7 records (batches of 20 and 40: padded last slices)
-    against the whole batch at once: the same iterates to float rounding, the same privacy statement."""
-    from jaxfl.privacy import clipping
-    sizes = []
-    real_sum = clipping.microbatch_sum
-    monkeypatch.setattr(clipping, "microbatch_sum", lambda fn, size, *a: sizes.append(size) or real_sum(fn, size, *a))
-    data = _data()
-    whole, sliced = make(None), make(7)
-    a, _ = run_rounds(whole, whole.init(P0), data, jax.random.key(3), 0, 4)
-    assert sizes == []
-    b, _ = run_rounds(sliced, sliced.init(P0), data, jax.random.key(3), 0, 4)
-    assert sizes and set(sizes) == {7}  # every clipped sum of the sliced run went through the slices
-    for leaf in ("w", "b"):
-        np.testing.assert_allclose(b.params[leaf], a.params[leaf], rtol=1e-5, atol=1e-6)
-    assert not np.array_equal(a.params["w"], P0["w"])
-    assert whole.privacy(data.counts) == sliced.privacy(data.counts)
-    with pytest.raises(ValueError, match="microbatch must be .* got 0"):
-        make(0)

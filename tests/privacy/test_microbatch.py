@@ -145,24 +145,39 @@ def _scan_lengths(jaxpr) -> list[int]:
     return lengths
 
 
-@pytest.mark.parametrize("build", ["local_sgd", "minibatch_sgd", "dp_fedavg", "scaffold"])
+@pytest.mark.parametrize("build", [
+    "local_sgd", "minibatch_sgd", "dp_fedavg", "scaffold", "fedprox_spider",
+    *(pytest.param(b, marks=pytest.mark.slow) for b in ("noisy_minibatch_sgd", "accelerated_minibatch_sgd",
+                                                         "fedprox_svrg", "noisy_prox_sgd"))])
 def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
     """``microbatch=2`` on minibatches of 8 puts a 4-slice scan in the round (none without it) and moves the
-    result by float rounding only."""
-    from jaxfl.algorithms import dp_fedavg, local_sgd, minibatch_sgd, scaffold
+    result by float rounding only; the privacy statement does not depend on it. Seed 000's and seed 002's
+    constructors (the last five) included."""
+    from jaxfl.algorithms import dp_fedavg, local_sgd, lowy_convex, lowy_nonconvex, minibatch_sgd, scaffold
     from jaxfl.engine import train
     from jaxfl.engine.driver import initial_state
     from jaxfl.models import init_linear, logistic_loss
 
     def make(mb):
         common = dict(batch_size=8, microbatch=mb)
-        return {"local_sgd": lambda: local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, clip_norm=1.0,
-                                               noise_multiplier=0.7, **common),
-                "minibatch_sgd": lambda: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), clip_norm=1.0,
-                                                       noise_multiplier=0.7, **common),
+        private = dict(clip_norm=1.0, noise_multiplier=0.7)
+        return {"local_sgd": lambda: local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **private,
+                                               **common),
+                "minibatch_sgd": lambda: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), **private, **common),
                 "dp_fedavg": lambda: dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, client_rate=0.5,
-                                               clip_norm=1.0, noise_multiplier=0.7, **common),
+                                               **private, **common),
                 "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common),
+                "fedprox_spider": lambda: lowy_nonconvex.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2,
+                                                                        **private, **common),
+                "noisy_minibatch_sgd": lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, **private,
+                                                                               **common),
+                "accelerated_minibatch_sgd": lambda: lowy_convex.accelerated_minibatch_sgd(
+                    logistic_loss, schedule=lowy_convex.acsa_schedule(2, smoothness=1.0, noise_std=0.1, radius=1.0),
+                    sampling="with_replacement", **private, **common),
+                "fedprox_svrg": lambda: lowy_nonconvex.fedprox_svrg(logistic_loss, step_size=0.1, epoch_length=2,
+                                                                    **private, **common),
+                "noisy_prox_sgd": lambda: lowy_nonconvex.noisy_prox_sgd(
+                    logistic_loss, step_size=0.1, sampling="with_replacement", **private, **common),
                 }[build]()
 
     lengths = {}
@@ -175,10 +190,13 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
     whole, sliced = (train(make(mb), small_data, init_linear(5), rounds=2, key=1, progress=False).state.params
                      for mb in (None, 2))
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6), whole, sliced)
+    counts = np.asarray(small_data.counts)
+    privacy = [None if alg.privacy is None else alg.privacy(counts) for alg in (make(None), make(2))]
+    assert privacy[0] == privacy[1]
 
 
 def test_algorithm_constructors_reject_a_bad_microbatch():
-    from jaxfl.algorithms import dp_rec, local_sgd
+    from jaxfl.algorithms import dp_rec, local_sgd, lowy_convex, lowy_nonconvex
     from jaxfl.compression import rec
     from jaxfl.models import logistic_loss
 
@@ -187,3 +205,15 @@ def test_algorithm_constructors_reject_a_bad_microbatch():
     with pytest.raises(ValueError, match="microbatch must be"):
         dp_rec(LOSS, params=PARAMS, client_opt=optax.sgd(0.1), clients_per_round=2, batch_size=4, prior_std=0.01,
                clip_multiplier=0.5, layout=rec.per_tensor(PARAMS, 3), microbatch="fast")
+    with pytest.raises(ValueError, match="microbatch must be .* got -2"):
+        lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0, microbatch=-2)
+    with pytest.raises(ValueError, match="microbatch must be .* got 0"):
+        lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=lowy_convex.acsa_schedule(
+            2, smoothness=1.0, noise_std=0.1, radius=1.0), batch_size=4, clip_norm=1.0, microbatch=0)
+    with pytest.raises(ValueError, match="microbatch must be .* got 0"):
+        lowy_nonconvex.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2, clip_norm=1.0, microbatch=0)
+    with pytest.raises(ValueError, match="microbatch must be .* got 0"):
+        lowy_nonconvex.fedprox_svrg(logistic_loss, step_size=0.1, batch_size=4, epoch_length=2, clip_norm=1.0,
+                                    microbatch=0)
+    with pytest.raises(ValueError, match="microbatch must be .* got 0"):
+        lowy_nonconvex.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0, microbatch=0)
