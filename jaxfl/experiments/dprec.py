@@ -132,7 +132,8 @@ def _slot_clients(slots: int, counts, root, rounds: int) -> np.ndarray:
 
 def _optimizer_bits(opt: optax.GradientTransformation, params) -> int:
     """Bits of the server optimizer state a full download carries (32 per float32 entry)."""
-    return 32 * sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(opt.init(params))
+    state = jax.eval_shape(opt.init, params)   # shapes only: params may be jax.ShapeDtypeStructs
+    return 32 * sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(state)
                     if jnp.issubdtype(leaf.dtype, jnp.floating))
 
 
@@ -164,10 +165,12 @@ def paper_traffic(study: Study, seed: int = 0) -> dict:
     drawn exactly as its compiled rounds draw them (with replacement, ``seed``) and every message and
     history is counted; DP-FedAvg sends the model both ways, ``T B D (32 + 32)`` bits, for the paper's
     DP-FedAvg rounds (FEMNIST: 1500)."""
-    params = nets.init_params(study["paper_module"](), jax.random.PRNGKey(0), dprec_data.IMAGE_SHAPE)
+    # Shapes only (jax.eval_shape): an eager init of the paper's models compiles each of its ops.
+    module = study["paper_module"]()
+    params = jax.eval_shape(lambda: nets.init_params(module, jax.random.PRNGKey(0), dprec_data.IMAGE_SHAPE))
     layout = rec.per_tensor(params, BITS_PER_TENSOR)
     n, b, t = study["paper_clients"], study["paper_clients_per_round"], study["paper_rounds"]
-    d = int(ravel_pytree(params)[0].size)
+    d = nets.num_params(params)
     ledger = history.CommunicationLedger(n, message_bits=layout.message_bits(), model_bits=32 * d,
                                          optimizer_bits=_optimizer_bits(study["server_opt"](), params))
     ledger.record_rounds(_slot_clients(b, jnp.ones(n, jnp.int32), keys_lib.as_key(seed), t))

@@ -85,16 +85,10 @@ class MnistMLP(nn.Module):
         return _dense(1, self.hidden, self.torch_init, "out")(h)[..., 0]
 
 
-class WbcdMLP(nn.Module):
-    """``Dense(hidden) -> ReLU -> Dense(1)``: ``x: [..., 30]`` -> one logit ``[...]`` (malignant = 1)."""
+class WbcdMLP(MnistMLP):
+    """``MnistMLP`` with 5 hidden units: ``x: [..., 30]`` -> one logit ``[...]`` (malignant = 1)."""
 
     hidden: int = 5
-    torch_init: bool = True
-
-    @nn.compact
-    def __call__(self, x):
-        h = nn.relu(_dense(self.hidden, x.shape[-1], self.torch_init, "hidden")(x))
-        return _dense(1, self.hidden, self.torch_init, "out")(h)[..., 0]
 
 
 class CifarCNN(nn.Module):
