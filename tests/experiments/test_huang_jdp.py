@@ -273,11 +273,33 @@ def test_dp_rate_notes_name_the_dataset_and_the_best_rate_per_regime(tmp_path, m
     assert "per learning rate (fashion-mnist; chance: 0.125)" in text
     assert "| 0.01 | 0.5000 | 0.6000 | 0.9000 | 0.1300 |" in text
     assert "| 0.1 | 0.7000 | 0.4500 | 0.1000 | 0.1700 |" in text
-    assert (f"{H.FULL}, n = 4: 0.1 (0.7000); {H.JOINT}, n = 4: 0.01 (0.6000); {H.FULL}, n = 64: 0.01 (0.9000); "
+    # on a grid of two rates every best rate is at one of its ends
+    assert (f"{H.FULL}, n = 4: 0.1 (0.7000, the grid's highest); {H.JOINT}, n = 4: 0.01 (0.6000, the grid's lowest); "
+            f"{H.FULL}, n = 64: 0.01 (0.9000, the grid's lowest); "
             f"{H.JOINT}, n = 64: none above chance (best 0.1700, at 0.1; below 0.175).") in text
     assert "no-DP validation error) chose 0.3; the dp-tuned variants use the lowest mean validation error over " \
            "n = 4 and n = 16: 0.1." in text
 
+
+
+def test_dp_rate_notes_mark_a_best_rate_at_either_end_of_the_grid(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(H, "REPO", tmp_path)
+    tuning = tmp_path / "results" / "huang-jdp" / "tuning-mnist"
+    tuning.mkdir(parents=True)
+    (tuning / "results.json").write_text(json.dumps({"runs": [{"learning_rate": 0.3, "metrics": {"test_error": 0.1}}]}))
+    acc = {(H.FULL, 0.003): 0.6, (H.FULL, 0.03): 0.3, (H.FULL, 0.3): 0.2,     # best at the lowest rate
+           (H.JOINT, 0.003): 0.2, (H.JOINT, 0.03): 0.7, (H.JOINT, 0.3): 0.3}  # best inside the grid
+    runs = [{"panel": "n = 16", "algorithm": H._dp_rate_label(label, lr), "epsilon": 1.0, "learning_rate": lr,
+             "metrics": {"test_accuracy": a, "test_error": 1 - a}} for (label, lr), a in acc.items()]
+    text = H._dp_rate_notes({"runs": runs, "config": {"settings": {"dataset": "mnist"}}})
+    assert f"{H.FULL}, n = 16: 0.003 (0.6000, the grid's lowest); {H.JOINT}, n = 16: 0.03 (0.7000)." in text
+    # the low-rates variants run n = 64 only: the dp-tuned choice is the base form's, not re-made from them
+    for r in runs:
+        r["panel"] = "n = 64"
+    text = H._dp_rate_notes({"runs": runs, "config": {"settings": {"dataset": "mnist"}}})
+    assert text.endswith("chose 0.3; the dp-tuned variants' rate is chosen on the base form's n = 4 and n = 16.")
 
 @pytest.mark.slow
 def test_dp_tuned_reuses_the_base_forms_parts_for_the_regimes_it_leaves_unchanged(quick_results, monkeypatch,
