@@ -745,14 +745,14 @@ def _dp_rate_notes(doc: dict) -> str:
                            header, rows)
     # a best rate at either end of the grid may not be the best rate: a rate beyond it was not tried
     edge = {rates[0]: ", the grid's lowest", rates[-1]: ", the grid's highest"}
+    errors, choice_panels = _validation_errors(doc["runs"], DP_RATE_CHOICE_PANELS), " and ".join(DP_RATE_CHOICE_PANELS)
+    choice = (f"the dp-tuned variants use the lowest mean validation error over {choice_panels}: {_chosen(errors):g}"
+              if errors else f"the dp-tuned variants' rate is chosen on the base form's {choice_panels}")
     lines += ["", "Best rate per regime and panel: " + "; ".join(
         f"{label}, {panel}: " + (f"{lr:g} ({acc:.4f}{edge.get(lr, '')})" if acc >= ABOVE_CHANCE else
                                  f"none above chance (best {acc:.4f}, at {lr:g}; below {ABOVE_CHANCE:.3f})")
         for (panel, label), (lr, acc) in best.items())
-        + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate(dataset):g}"
-        + (f"; the dp-tuned variants use the lowest mean validation error over {' and '.join(DP_RATE_CHOICE_PANELS)}: "
-           f"{_chosen(errors):g}." if (errors := _validation_errors(doc["runs"], DP_RATE_CHOICE_PANELS)) else
-           f"; the dp-tuned variants' rate is chosen on the base form's {' and '.join(DP_RATE_CHOICE_PANELS)}.")]
+        + f". The procedure of Table 1 (no-DP validation error) chose {tuned_learning_rate(dataset):g}; {choice}."]
     return "\n".join(lines)
 
 
