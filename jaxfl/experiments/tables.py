@@ -39,13 +39,20 @@ def _experiment(rel: str):
     raise ValueError(f"{rel}: no registered experiment (known: {', '.join(sorted(known))})")
 
 
+def _report_of(study, doc: dict):
+    """The report of the form that wrote ``doc`` (``config.form``: ``full`` or ``quick``, ``+VARIANT``): a variant
+    may lay out its own table."""
+    quick_or_full, _, variant = str(doc["config"].get("form", "full")).partition("+")
+    return study.form_of(quick=quick_or_full == "quick", variant=variant or None).report
+
+
 def block(root: Path, rel: str) -> str:
     """The generated text of one block: the summary of ``root/rel/results.json`` and its provenance."""
     path = root / rel / "results.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} (run `jaxfl reproduce` for it, or remove its block from the docs)")
     doc = json.loads(path.read_text())
-    text = report.summary(doc, _experiment(rel).study.report)
+    text = report.summary(doc, _report_of(_experiment(rel).study, doc))
     env, config = doc["environment"], doc["config"]
     seconds = float(config.get("wall_seconds_total", float("nan")))
     time_text = f"wall time {seconds:,.0f} s"
@@ -99,6 +106,6 @@ def main(check: bool = False, docs: Path | None = None, root: Path | None = None
     runs = sorted(root.glob("results/**/results.json"))
     for path in runs:
         doc = json.loads(path.read_text())
-        report.render(doc, registry.get_experiment(doc["experiment"]).study.report, path.parent)
+        report.render(doc, _report_of(registry.get_experiment(doc["experiment"]).study, doc), path.parent)
     print(f"{len(runs)} summaries and figures under results/ redrawn")
     return 0

@@ -30,8 +30,8 @@ def test_summary_md_of_each_committed_run_is_its_studys_summary():
     assert paths
     for path in paths:
         doc = json.loads(path.read_text())
-        study = known[doc["experiment"]].study
-        assert (path.parent / "summary.md").read_text() == report.summary(doc, study.report) + "\n"
+        form_report = tables._report_of(known[doc["experiment"]].study, doc)
+        assert (path.parent / "summary.md").read_text() == report.summary(doc, form_report) + "\n"
 
 
 def test_check_flags_a_hand_edited_number(tmp_path):
@@ -76,3 +76,16 @@ def test_a_block_says_when_workers_ran_the_sitting(tmp_path):
     del doc["config"]["workers"]
     (tmp_path / rel / "results.json").write_text(json.dumps(doc))
     assert "3 of them run in earlier sittings;" in tables.block(tmp_path, rel)
+
+
+def test_a_variant_with_its_own_report_is_summarised_with_it():
+    """dp-learning-rate's low-rates variants lay out their own rates: their summary has those columns, not the
+    base grid's (empty) ones."""
+    from jaxfl.experiments import huang_jdp
+
+    doc = json.loads((ROOT / "results/huang-jdp/dp-learning-rate/low-rates/results.json").read_text())
+    text = tables.block(ROOT, "results/huang-jdp/dp-learning-rate/low-rates")
+    for lr in huang_jdp.LOW_DP_RATES:
+        assert f"{huang_jdp.FULL}, learning rate {lr:g} |" in text
+    assert f"{huang_jdp.FULL}, learning rate 0.3 |" not in text and "|  |" not in text
+    assert doc["config"]["form"] == "full+low-rates"
