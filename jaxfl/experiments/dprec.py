@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.flatten_util import ravel_pytree
 
 from jaxfl.accounting import dprec as acct
 from jaxfl.algorithms import dp_fedavg, dp_rec
@@ -141,7 +140,7 @@ def _traffic(method: str):
     """Total GiB of a finished run (DP-REC: the exact messages and history downloads of its draws)."""
     def describe(study: Study, panel, trial: Trial, program: Program, row: dict) -> dict:
         params = _template(study["module"])
-        d = int(ravel_pytree(params)[0].size)
+        d = nets.num_params(params)
         b, n = study["clients_per_round"], trial.info["clients"]
         if method == "dp_rec":
             layout = rec.per_tensor(params, BITS_PER_TENSOR)

@@ -171,6 +171,17 @@ def test_dp_learning_rate_quick_form_reports_every_regime_and_rate(quick_results
     assert "Best rate per regime and panel" in (out / "summary.md").read_text()
 
 
+def test_dp_learning_rate_n128_variant_is_fashion_mnist_at_n128_over_its_own_rates():
+    """The n = 128 variant: Fashion-MNIST, its one panel (so its parts are its own), the rates around n = 64's
+    best, and a report whose columns are those rates' (not the base grid's)."""
+    form = H.DP_LEARNING_RATE.form_of(variant="fashion-mnist-n128")
+    assert [p.label for p in form.panels] == ["n = 128"] and dict(form.panels[0].values)["owners"] == 128
+    assert form.settings["dataset"] == "fashion-mnist" and form.settings["learning_rates"] == H.N128_DP_RATES
+    assert form.settings["epsilons"] == (1.0,) and form.form == "full+fashion-mnist-n128"
+    columns = [c.algorithm for c in form.report.table.columns]
+    assert columns == [H._dp_rate_label(label, lr) for label in (H.FULL, H.JOINT) for lr in H.N128_DP_RATES]
+
+
 def test_noise_rows_follow_from_the_calibration():
     """n = 512: Poisson rate 1 (32 > 10,000 / 512 records), T E = 20 x 5 steps either way; the per-coordinate
     noise is z C / (q m) for one owner and that over sqrt(n) for the owners' mean; eps spent is the target."""
