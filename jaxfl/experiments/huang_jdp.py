@@ -779,8 +779,8 @@ def _dp_learning_rate() -> Study:
     return dataclasses.replace(
         base, name="huang-jdp/dp-learning-rate",
         description="seed 001 (MNIST, n = 4, 16 and 64; variants fashion-mnist, low-rates, "
-                    "fashion-mnist-low-rates, fashion-mnist-n128): validation accuracy of the full-DP and joint-DP regimes at eps 1 over "
-                    "learning rates; a diagnostic of Table 1's DP rows, not its tuning procedure",
+                    "fashion-mnist-low-rates, fashion-mnist-n128): validation accuracy of the full-DP and joint-DP "
+                    "regimes at eps 1 over learning rates; a diagnostic of Table 1's DP rows, not its tuning procedure",
         families=families, panels=_panels((4, 16, 64)), report=report(DP_RATES),
         settings={**base.settings, "learning_rates": DP_RATES, "epsilons": (1.0,)},
         config={"paper": PAPER, "clip": CLIP, "delta": DELTA, "batch": BATCH,
