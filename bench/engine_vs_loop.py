@@ -222,8 +222,8 @@ def main():
     contenders = {
         "numpy": lambda: numpy_strong(x_host, y_host, n, rounds=ROUNDS, batch=BATCH, lr=STEP_SIZE, sigma=sigma,
                                       clip=clip, rng=rng),
-        "numpy_materialised": lambda: numpy_noisy_mbsgd_vectorized(x_host, y_host, rounds=ROUNDS, batch=BATCH, clip=clip,
-                                                      sigma=sigma, lr=STEP_SIZE, rng=rng),
+        "numpy_materialised": lambda: numpy_noisy_mbsgd_vectorized(x_host, y_host, rounds=ROUNDS, batch=BATCH,
+                                                                   clip=clip, sigma=sigma, lr=STEP_SIZE, rng=rng),
         "numpy_silo_loop": lambda: numpy_noisy_mbsgd(x_host, y_host, rounds=ROUNDS, batch=BATCH, clip=clip,
                                                      sigma=sigma, lr=STEP_SIZE, rng=rng),
         "jaxfl": lambda: single(key).block_until_ready(),
@@ -254,7 +254,8 @@ def main():
 
     # Same algorithm on both sides: the final models' losses agree up to the noise.
     w_jax = np.asarray(single(key))
-    w_np = numpy_strong(x_host, y_host, n, rounds=ROUNDS, batch=BATCH, lr=STEP_SIZE, sigma=sigma, clip=clip, rng=rng)
+    w_np = numpy_strong(x_host, y_host, n, rounds=ROUNDS, batch=BATCH, lr=STEP_SIZE, sigma=sigma, clip=clip,
+                        rng=rng)
     w_mat = numpy_noisy_mbsgd_vectorized(x_host, y_host, rounds=ROUNDS, batch=BATCH, clip=clip, sigma=sigma,
                                          lr=STEP_SIZE, rng=rng)
     w_loop = numpy_noisy_mbsgd(x_host, y_host, rounds=ROUNDS, batch=BATCH, clip=clip, sigma=sigma, lr=STEP_SIZE,
