@@ -770,12 +770,18 @@ def _dp_learning_rate() -> Study:
                              "form)", notes=_dp_rate_notes)
 
     fashion = {"settings": {"dataset": "fashion-mnist"}, "config": {"note": "Fashion-MNIST instead of MNIST"}}
+
+    def on_fashion(variant: dict) -> dict:
+        """``variant`` on Fashion-MNIST: its settings plus the dataset, the two notes joined."""
+        return {**variant, "settings": {**variant["settings"], **fashion["settings"]},
+                "config": {"note": "; ".join(v["config"]["note"] for v in (fashion, variant))}}
+
     # the same runs (panels, seeds, data) at rates below the grid: run with --panel 'n = 64'
     low = {"settings": {"learning_rates": LOW_DP_RATES}, "report": report(LOW_DP_RATES),
            "config": {"note": "learning rates below the base form's grid"}}
     # the next n (more noise per owner) at the rates around n = 64's best: its own panel, so its own parts
-    n128 = {"settings": {**fashion["settings"], "learning_rates": N128_DP_RATES}, "panels": _panels((128,)),
-            "report": report(N128_DP_RATES), "config": {"note": f"{fashion['config']['note']}; n = 128 only"}}
+    n128 = {"settings": {"learning_rates": N128_DP_RATES}, "panels": _panels((128,)), "report": report(N128_DP_RATES),
+            "config": {"note": "n = 128 only"}}
     return dataclasses.replace(
         base, name="huang-jdp/dp-learning-rate",
         description="seed 001 (MNIST, n = 4, 16 and 64; variants fashion-mnist, low-rates, "
@@ -787,11 +793,8 @@ def _dp_learning_rate() -> Study:
                 "procedure": "validation split of the training owners (20 %), as the tuning study; tuning on a "
                              "private regime's validation error is not itself private (not accounted)"},
         quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.01, 0.1)}},
-        variants={"fashion-mnist": fashion, "low-rates": low,
-                  "fashion-mnist-low-rates": {
-                      **low, "settings": {**low["settings"], **fashion["settings"]},
-                      "config": {"note": "; ".join(v["config"]["note"] for v in (fashion, low))}},
-                  "fashion-mnist-n128": n128})
+        variants={"fashion-mnist": fashion, "low-rates": low, "fashion-mnist-low-rates": on_fashion(low),
+                  "fashion-mnist-n128": on_fashion(n128)})
 
 
 DP_LEARNING_RATE = register(_dp_learning_rate())
