@@ -149,6 +149,23 @@ def test_table2_quick_form_runs_every_split_of_private_layers(quick_results):
     assert "Table 2 layout" in (out / "summary.md").read_text()
 
 
+def test_table2_dp_tuned_variant_adds_small_n_and_lays_out_each_panel_beside_the_papers_n256():
+    """The dp-tuned Table 2 runs n = 4 and 16 (where the DP rate trains) beside the paper's n = 256; the notes give
+    one layout per panel run, the paper's column marked as its n = 256 where the panel is another."""
+    form = H.TABLE_2.form_of(variant="dp-tuned")
+    assert [p.label for p in form.panels] == ["n = 4", "n = 16", "n = 256"]
+    assert [p.label for p in H.TABLE_2.form_of().panels] == ["n = 256"]
+    label = H._layers_label(("fc1",))
+    runs = [{"panel": panel, "algorithm": label, "epsilon": 1.0, "metrics": {"test_accuracy": a}}
+            for panel, a in (("n = 4", 0.8), ("n = 4", 0.9), ("n = 256", 0.5))]
+    text = H._table2_notes({"runs": runs})
+    assert "Table 2 layout (n = 4; joint DP eps 1; ours | paper at n = 256):" in text
+    assert "Table 2 layout (n = 256; joint DP eps 1; ours | paper):" in text
+    assert "| No | No | Yes | 15,690 \\| 17,248 | 0.8500 ± 0.0500 \\| 0.7835 ± 0.0136 |" in text
+    assert "| No | No | Yes | 15,690 \\| 17,248 | 0.5000 ± 0.0000 \\| 0.7835 ± 0.0136 |" in text
+    assert "n = 16" not in text  # a panel not run has no layout
+
+
 @pytest.mark.slow
 def test_figure1_quick_form_runs_every_epsilon_and_checks_the_claims(quick_results):
     out, doc = quick_results["huang-jdp/figure1"]
