@@ -8,10 +8,17 @@ the second layers (the first layer's input is the data, which needs none). Per r
 process, seconds per pass of that layer for:
 
 - ``jaxfl``: :func:`jaxfl.models.conv.conv_general_dilated`, what the models use (im2col: the input's
-  ``kh * kw`` shifted windows as strided slices, concatenated, times the kernel);
-- ``lax``: ``lax.conv_general_dilated``, flax's default convolution (XLA:CPU's own kernels);
-- ``gather unfold`` (a candidate, not used by jaxfl): the same im2col product with the patches taken by one
-  gather from a precomputed index (its transpose, for the input gradient, is a scatter-add);
+  ``kh * kw`` shifted windows as strided slices, concatenated, times the kernel), called per example under
+  ``jax.vmap`` as local training and clipping call the models (``nets.per_example_loss``);
+- ``jaxfl batched``: the same convolution called once on the whole batch;
+- ``lax``: ``lax.conv_general_dilated``, flax's default convolution (XLA:CPU's own kernels), whole batch;
+- two candidates, not used by jaxfl, whole batch: ``gather unfold``, the im2col product with the patches
+  taken by one gather from a precomputed index (its transpose, for the input gradient, is a scatter-add);
+  ``channels-first``, the im2col value with a ``custom_jvp`` whose kernel derivative uses channels-first
+  patches ``[kh * kw * c, positions]``, so the kernel gradient is a product of two operands laid out as
+  it reads them (``patches_cf @ dy``) instead of ``patches^T @ dy``; and ``channels-first per example``,
+  that candidate under the per-example ``vmap`` (where the vmapped axis lands between the patches' two
+  axes);
 - ``torch``: ``torch.nn.functional.conv2d`` forward and ``backward`` on NCHW tensors (oneDNN),
   ``torch.set_num_threads(os.cpu_count())``.
 
@@ -19,7 +26,8 @@ The JAX sides run ``STEPS`` passes in one jitted ``lax.scan`` over distinct inpu
 (the kernel updated by its gradient each pass, the input gradient summed into the carry, so nothing is
 hoisted out of the loop); PyTorch a Python loop over the same pre-made tensors. One warm-up call each,
 the four interleaved in every repeat, best of ``--repeats``. ``ratio`` per row = torch seconds / jaxfl
-seconds (> 1: jaxfl faster); the headline ``ratio`` is the smallest over the rows. ``gflops`` is each
+seconds (> 1: jaxfl faster), ``jaxfl`` being the per-example form; the headline ``ratio`` is the smallest
+over the rows. ``gflops`` is each
 side's rate on the layer's multiply-adds (2 flops each) of the passes it runs: forward, kernel gradient
 and, where taken, input gradient, each ``batch * out_h * out_w * kh * kw * c_in * c_out`` multiply-adds.
 
@@ -68,6 +76,36 @@ def gather_conv(x, w):
     index = (rows * width + cols).reshape(-1)                 # [oh * ow * kh * kw], patch-major
     patches = jnp.take(x.reshape(n, h * width, c), index, axis=1).reshape(n, oh, ow, kh * kw * c)
     return patches @ w.reshape(kh * kw * c, o)
+
+
+@jax.custom_jvp
+def channels_first_conv(x, w):
+    """The ``channels-first`` candidate: ``jaxfl_conv``'s value; derivative in ``w`` through channels-first
+    patches (reverse mode: ``patches_cf @ dy``), in ``x`` the im2col one."""
+    return conv.conv2d_valid(x, w)
+
+
+def _channels_first_patches(x, kernel_size):
+    """``x: [..., h, w, c]`` -> ``[kh * kw * c, prod(...) * oh * ow]`` (rows as a flattened ``[kh, kw, c]``)."""
+    kh, kw = kernel_size
+    lead = x.ndim - 3
+    oh, ow = x.shape[-3] - kh + 1, x.shape[-2] - kw + 1
+    xt = jnp.moveaxis(x, -1, 0)                                   # [c, ..., h, w]
+    limit = list(xt.shape[:-2])
+    slices = [lax.slice(xt, [0] * (lead + 1) + [di, dj], limit + [di + oh, dj + ow])
+              for di in range(kh) for dj in range(kw)]
+    return jnp.stack(slices).reshape(kh * kw * x.shape[-1], -1)
+
+
+channels_first_conv.defjvps(
+    lambda x_dot, out, x, w: conv.conv2d_valid(x_dot, w),
+    lambda w_dot, out, x, w: (_channels_first_patches(x, w.shape[:2]).T
+                              @ w_dot.reshape(-1, w.shape[-1])).reshape(out.shape))
+
+
+def per_example(conv_fn):
+    """``conv_fn`` applied to each example of the batch under ``jax.vmap`` (a batch of one inside)."""
+    return lambda x, w: jax.vmap(lambda xi: conv_fn(xi[None], w)[0])(x)
 
 
 def jax_passes(conv_fn, input_grad: bool):
@@ -119,7 +157,9 @@ def measure(batch: int, layer, repeats: int) -> dict:
     xs = jax.random.normal(kx, (STEPS, batch, h, width, c), jnp.float32)
     w = jax.random.normal(kw_key, (kh, kw, c, out_channels), jnp.float32) / np.sqrt(kh * kw * c)
     dys = jax.random.normal(kdy, (STEPS, batch, oh, ow, out_channels), jnp.float32)
-    jax_ways = {"jaxfl": jaxfl_conv, "lax": lax_conv, "gather unfold": gather_conv}
+    jax_ways = {"jaxfl": per_example(jaxfl_conv), "jaxfl batched": jaxfl_conv, "lax": lax_conv,
+                "gather unfold": gather_conv, "channels-first": channels_first_conv,
+                "channels-first per example": per_example(channels_first_conv)}
     runs = {way: (lambda fn=jax_passes(f, input_grad): fn(w, xs, dys)) for way, f in jax_ways.items()}
     runs["torch"] = torch_passes(w, xs, dys, input_grad)
     reference = jax.vjp(lax_conv, xs[0], w)[1](dys[0])
@@ -171,8 +211,9 @@ def main(argv=None) -> int:
         "ratio": worst["ratio"],
         "baseline": f"PyTorch (CPU, {torch.get_num_threads()} threads): F.conv2d forward + backward of each conv layer "
                     "of LeNet-5 and the CIFAR CNN at the training batches; ratio = the smallest over the layers and "
-                    f"batches of torch seconds / jaxfl seconds (> 1: jaxfl faster; here {worst['model']} "
-                    f"{worst['layer']} at batch {worst['batch']}); more rows and the lax and gather forms in rows",
+                    f"batches of torch seconds / jaxfl seconds (jaxfl's convolution per example under vmap, as the "
+                    f"models run in local training) (> 1: jaxfl faster; here {worst['model']} "
+                    f"{worst['layer']} at batch {worst['batch']}); the whole-batch call, lax and two candidate forms in rows",
         "rows": rows,
         "notes": "A pass = the forward convolution + the kernel gradient (+ the input gradient for conv2). JAX: "
                  f"{STEPS} passes in one jitted lax.scan; torch: a loop over the same tensors (NCHW). Interleaved, "
