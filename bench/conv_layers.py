@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import cpu_model, interleaved_best_seconds, write_benchmark
 from jaxfl.models import conv
 
 STEPS = 20
@@ -169,15 +168,7 @@ def measure(batch: int, layer, repeats: int) -> dict:
             scale = float(jnp.max(jnp.abs(b)))
             if float(jnp.max(jnp.abs(a - b))) > 1e-4 * scale:
                 raise AssertionError(f"{way} gradients differ from lax's for {model} {name}")
-    for run in runs.values():                             # warm-up: compilation, allocators
-        run()
-    best = {way: float("inf") for way in runs}
-    for _ in range(repeats):                              # interleaved
-        for way, run in runs.items():
-            start = time.perf_counter()
-            run()
-            best[way] = min(best[way], time.perf_counter() - start)
-    seconds = {way: t / STEPS for way, t in best.items()}
+    seconds = {way: t / STEPS for way, t in interleaved_best_seconds(runs, repeats).items()}
     macs = batch * oh * ow * kh * kw * c * out_channels * (3 if input_grad else 2)
     row = {"model": model, "layer": name, "batch": batch, "input": [h, width, c], "kernel": [kh, kw],
            "out_channels": out_channels, "input_gradient": input_grad, "steps": STEPS,

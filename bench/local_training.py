@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -45,7 +44,7 @@ from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import local
 from jaxfl.experiments import dprec_data
-from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
+from jaxfl.experiments.report import best_seconds, cpu_model, interleaved_best_seconds, write_benchmark
 from jaxfl.models import nets
 from jaxfl.privacy.microbatch import microbatch_size
 
@@ -130,15 +129,7 @@ def vs_pytorch(repeats: int) -> dict:
         run_jax, params, x, y = jax_epoch(module, input_shape, classes, batch)
         runs = {"jaxfl": run_jax, "jaxfl unsliced": jax_epoch(module, input_shape, classes, batch, None)[0],
                 "torch": torch_epoch(mirrors, name, params, input_shape, batch, x, y)}
-        for run in runs.values():                                # warm-up: compilation, allocators
-            run()
-        best = {way: float("inf") for way in runs}
-        for _ in range(repeats):                                 # interleaved
-            for way, run in runs.items():
-                start = time.perf_counter()
-                run()
-                best[way] = min(best[way], time.perf_counter() - start)
-        sps = {way: STEPS * batch / seconds for way, seconds in best.items()}
+        sps = {way: STEPS * batch / seconds for way, seconds in interleaved_best_seconds(runs, repeats).items()}
         slices = microbatch_size(nets.per_example_loss(module, nets.softmax_cross_entropy), params, x[:batch],
                                  y[:batch])
         rows.append({"model": title, "batch": batch, "steps": STEPS, "jaxfl_microbatch": slices,

@@ -26,6 +26,11 @@ def _limit(name: str, doc: dict) -> str:
     if name == "rec_kernel":
         row = doc["rows"][-1]
         return f"{row['normals_per_second_fused'] / 1e6:.0f} M normals/s fused (the generator is the bound)"
+    if name == "conv_layers":
+        jaxfl = [row["gflops"]["jaxfl"] for row in doc["rows"]]
+        torch = [row["gflops"]["torch"] for row in doc["rows"]]
+        return (f"jaxfl {min(jaxfl):.0f}-{max(jaxfl):.0f} Gflop/s per layer, PyTorch {min(torch):.0f}-{max(torch):.0f} "
+                "(the layers' multiply-adds)")
     return "not measured"
 
 

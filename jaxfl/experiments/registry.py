@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "scaling": "round time against silos (8..4096), model size and forced host devices (equal results); PNG plot",
     "noise_rate": "Gaussian noise draws: normals/s of JAX's key implementations vs NumPy, beside the write bandwidth",
     "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, clients vmapped vs one at a time; PyTorch baseline",
+    "conv_layers": "each conv layer's training pass (forward, kernel and input gradients) vs PyTorch, per example and batched, with candidate forms",
     "clipping_vs_opacus": "DP-SGD step samples/s: jaxfl per-example clipping (vmap, ghost) vs Opacus hooks and ghost clipping",
     "pinned_runs": "a study's independent runs one per core (pinned) vs one after the other on all cores: rounds/s of dprec/mnist",
     "async_clients": "seed 003's asynchronous protocol with 16..4096 simulated clients: compiled slices vs NumPy on the same timeline",

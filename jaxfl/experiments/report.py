@@ -149,6 +149,23 @@ def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
     return best
 
 
+def interleaved_best_seconds(runs: dict, repeats: int) -> dict:
+    """Side-by-side timing: each zero-argument callable of ``runs`` (``{name: fn}``, each waiting for its own
+    results) called once untimed (compilation, allocators), then all of them in turn ``repeats`` times, so
+    a slow spell of the machine hits every side; returns ``{name: its fastest call in seconds}``."""
+    import time
+
+    for run in runs.values():
+        run()
+    best = {name: math.inf for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
 def write_benchmark(record: dict, path) -> Path:
     """Writes a benchmark's JSON record (ARCHITECTURE §3.6), with the code that ran it (``source``:
     :func:`source_revision`), to ``path``, creating its folder; returns the path."""
