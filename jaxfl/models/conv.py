@@ -10,7 +10,8 @@ and multiplied by the kernel reshaped to ``[kh * kw * c, c_out]``. Plain autodif
 gradient as one product ``patches^T @ dy`` and the input gradient as ``dy @ W^T`` folded back by the
 slices' transposes (pads and adds), all on XLA:CPU's dot path. A LeNet-5 SGD step of batch 20 in a
 scan went from 7.6 ms (lax's forward and input-gradient convolutions plus a custom kernel gradient) to
-5.8 ms (``bench/results/local_training.json``). The patches take ``kh * kw`` times the input's memory.
+5.8 ms (Intel Xeon VM, ``git show 3412eb1:bench/results/local_training.json``). The patches take
+``kh * kw`` times the input's memory. ``bench/conv_layers.py`` times each layer against PyTorch.
 
 :func:`max_pool_2x2` is ``nn.max_pool(x, (2, 2), strides=(2, 2))`` as a reshape and a max, whose gradient
 is an elementwise select rather than XLA's select-and-scatter (2-2.5x faster forward + backward here).
