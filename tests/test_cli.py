@@ -90,6 +90,31 @@ def test_benchmark_records_name_the_code_that_ran_them(tmp_path):
     assert record["ratio"] == 2.0 and record["source"]["commit"] == head and isinstance(record["source"]["modified"], bool)
 
 
+def test_interleaved_timer_warms_up_each_side_then_alternates_them_and_keeps_each_ones_fastest_call(monkeypatch):
+    """The benchmarks' side-by-side timer: one untimed call each, then ``repeats`` rounds calling every side in
+    turn; the result is each side's shortest call (a fake clock, so no timing enters the test)."""
+    import time
+
+    from jaxfl.experiments.report import interleaved_best_seconds
+
+    clock = iter(range(0, 1000, 1))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    calls = []
+    durations = {"a": iter([5, 2, 4]), "b": iter([3, 3, 1])}
+
+    def side(name):
+        def run():
+            calls.append(name)
+            if len(calls) > 2:                       # after the warm-up: advance the clock by this call's duration
+                for _ in range(next(durations[name]) - 1):
+                    next(clock)
+        return run
+
+    best = interleaved_best_seconds({"a": side("a"), "b": side("b")}, repeats=3)
+    assert calls == ["a", "b", "a", "b", "a", "b", "a", "b"]
+    assert best == {"a": 2, "b": 1}
+
+
 def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(monkeypatch):
     """A launcher that ships a tree to another machine names its commit ($JAXFL_SOURCE_COMMIT): recorded as
     declared, before git is asked (a copied tree may sit beside a .git not its own); where neither answers, None."""
