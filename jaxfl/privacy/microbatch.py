@@ -9,23 +9,62 @@ at batch 1,024 ran 1.8-1.9x faster in slices of 17 (``bench/results/clipping_vs_
 the slices would only serialise the work, so the default (``"auto"``) slices on the CPU backend only.
 
 ``"auto"`` sizes the slices from the per-record forward pass: the bytes of every intermediate value of
-``loss_fn`` on one record (its jaxpr, sub-jaxprs included), against :data:`BUDGET_BYTES`. Under ``vmap``
-(silos) every silo takes its own slices, so the working set is ``silos x size`` records.
+``loss_fn`` on one record (its jaxpr, sub-jaxprs included), against :data:`BUDGET_BYTES`, which is sized from
+the machine's last-level cache (:func:`cache_budget_bytes`). Under ``vmap`` (silos) every silo takes its own
+slices, so the working set is ``silos x size`` records.
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-BUDGET_BYTES = 12 * 2**20
-"""Intermediates per slice for ``"auto"``: about a third of a server CPU's shared L3 cache. On the 2-core
-AMD EPYC VM (32 MiB L3) it gives slices of 16-17 records for the CIFAR CNN and 10-11 for LeNet-5, where
+MIN_BUDGET_BYTES = 12 * 2**20
+"""The smallest budget :func:`cache_budget_bytes` gives, and the budget where the cache cannot be read. On the
+2-core AMD EPYC VM (32 MiB L3) it gives slices of 16-17 records for the CIFAR CNN and 10-11 for LeNet-5, where
 slices of 8-16 ran fastest for both (one-off timings of ``bench/local_training.py``'s and
 ``bench/clipping_vs_opacus.py``'s steps)."""
+
+MAX_BUDGET_BYTES = 48 * 2**20
+"""The largest budget :func:`cache_budget_bytes` gives. On the 2-core Intel Xeon VM (2 MiB L2 per core, 300 MiB
+L3 reported) slices of about 32-64 records (35-44 MiB) ran fastest for the CIFAR CNN's and LeNet-5's local
+training at batch 64 and DP-SGD at batch 256 and 1,024, ahead of both 12 MiB slices and slices of 86-128
+records (88-93 MiB) (one-off sweeps of the same steps; the benchmarks' JSONs time the default)."""
+
+SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _sysfs_size(text: str) -> int:
+    """``"32768K"`` / ``"32M"`` / ``"512"`` (sysfs cache sizes) -> bytes."""
+    text = text.strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
+def cache_budget_bytes(cache_dir=SYSFS_CACHE) -> int:
+    """The ``"auto"`` slices' budget for this machine: a third of CPU 0's last-level cache (the highest level of
+    ``cache_dir``, Linux sysfs), kept within [:data:`MIN_BUDGET_BYTES`, :data:`MAX_BUDGET_BYTES`] (the bounds
+    are where the slices measured fastest on a 32 MiB and a 300 MiB L3); :data:`MIN_BUDGET_BYTES` where the
+    cache cannot be read (no sysfs, another OS)."""
+    levels = {}
+    try:
+        for index in Path(cache_dir).glob("index*"):
+            if (index / "type").read_text().strip() in ("Unified", "Data"):
+                level = int((index / "level").read_text())
+                levels[level] = max(levels.get(level, 0), _sysfs_size((index / "size").read_text()))
+    except (OSError, ValueError):
+        return MIN_BUDGET_BYTES
+    if not levels:
+        return MIN_BUDGET_BYTES
+    return min(max(levels[max(levels)] // 3, MIN_BUDGET_BYTES), MAX_BUDGET_BYTES)
+
+
+BUDGET_BYTES = cache_budget_bytes()
+"""Intermediates per slice for ``"auto"`` on this machine (:func:`cache_budget_bytes`, read at import)."""
 
 MIN_SIZE = 8
 """``"auto"`` never takes slices smaller than this (a matrix product of fewer rows wastes the vector units)."""

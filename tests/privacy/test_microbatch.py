@@ -217,3 +217,36 @@ def test_algorithm_constructors_reject_a_bad_microbatch():
                                     microbatch=0)
     with pytest.raises(ValueError, match="microbatch must be .* got 0"):
         lowy_nonconvex.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0, microbatch=0)
+
+
+def _fake_sysfs(root, caches):
+    """``caches``: (level, type, size text) per ``index*`` folder, as Linux lists CPU 0's caches."""
+    for i, (level, kind, size) in enumerate(caches):
+        index = root / f"index{i}"
+        index.mkdir(parents=True)
+        (index / "level").write_text(f"{level}\n")
+        (index / "type").write_text(f"{kind}\n")
+        (index / "size").write_text(f"{size}\n")
+    return root
+
+
+@pytest.mark.parametrize("l3, expected_mib", [
+    ("32768K", 12),      # the AMD EPYC VM: a third (10.7 MiB) is under the floor
+    ("98304K", 32),      # a third of 96 MiB
+    ("307200K", 48),     # the Intel Xeon VM: a third (100 MiB) is over the ceiling
+    ("1G", 48),
+])
+def test_cache_budget_is_a_third_of_the_last_level_cache_within_its_bounds(tmp_path, l3, expected_mib):
+    root = _fake_sysfs(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"),
+                                  (3, "Unified", l3)])
+    assert microbatch.cache_budget_bytes(root) == expected_mib * 2**20
+
+
+def test_cache_budget_uses_the_highest_level_present_and_the_floor_without_a_readable_cache(tmp_path):
+    two_levels = _fake_sysfs(tmp_path / "l2", [(1, "Data", "32K"), (2, "Unified", "96M")])
+    assert microbatch.cache_budget_bytes(two_levels) == 32 * 2**20            # no L3: the L2 is the last level
+    assert microbatch.cache_budget_bytes(tmp_path / "missing") == microbatch.MIN_BUDGET_BYTES
+    broken = _fake_sysfs(tmp_path / "broken", [(3, "Unified", "lots")])
+    assert microbatch.cache_budget_bytes(broken) == microbatch.MIN_BUDGET_BYTES
+    only_instructions = _fake_sysfs(tmp_path / "icache", [(1, "Instruction", "32K")])
+    assert microbatch.cache_budget_bytes(only_instructions) == microbatch.MIN_BUDGET_BYTES
