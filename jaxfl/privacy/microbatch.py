@@ -4,8 +4,9 @@ A batch's gradient (clipped or not) is a sum over its records, so it can be take
 ``lax.scan`` over ``[k, size, ...]``) and the slices' sums added: the same value up to the order of the
 float additions. On a CPU this is faster whenever the whole batch's intermediates (for the conv models,
 the im2col patches: 235 KB per CIFAR image, 25 copies of the input) overflow the caches, because every
-layer then streams them from memory several times per step: on the 2-core CPU a CIFAR CNN DP-SGD step
-at batch 1,024 ran 1.8-1.9x faster in slices of 17 (``bench/results/clipping_vs_opacus.json``). On a GPU or TPU
+layer then streams them from memory several times per step: on the 2-core AMD EPYC VM a CIFAR CNN DP-SGD
+step at batch 1,024 ran 1.8-1.9x faster in slices of 17 (``git show 1c41c36:bench/results/clipping_vs_opacus.json``),
+on the Intel Xeon VM 1.19x in slices of 69 (``bench/results/clipping_vs_opacus.json``). On a GPU or TPU
 the slices would only serialise the work, so the default (``"auto"``) slices on the CPU backend only.
 
 ``"auto"`` sizes the slices from the per-record forward pass: the bytes of every intermediate value of
