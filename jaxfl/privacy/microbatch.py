@@ -17,6 +17,7 @@ slices, so the working set is ``silos x size`` records.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import jax
@@ -36,7 +37,13 @@ L3 reported) slices of about 32-64 records (35-44 MiB) ran fastest for the CIFAR
 training at batch 64 and DP-SGD at batch 256 and 1,024, ahead of both 12 MiB slices and slices of 86-128
 records (88-93 MiB) (one-off sweeps of the same steps; the benchmarks' JSONs time the default)."""
 
-SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+CACHE_DIR_ENV = "JAXFL_CPU_CACHE_DIR"
+"""Overrides where :func:`cache_budget_bytes` reads the CPU's caches (a folder laid out like Linux sysfs's
+``cpu0/cache``, e.g. another CPU's, or an empty folder for the 12 MiB floor)."""
+
+
+def _default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path("/sys", "devices", "system", "cpu", "cpu0", "cache"))
 
 
 def _sysfs_size(text: str) -> int:
@@ -46,14 +53,14 @@ def _sysfs_size(text: str) -> int:
     return int(text[:-1] if scale > 1 else text) * scale
 
 
-def cache_budget_bytes(cache_dir=SYSFS_CACHE) -> int:
+def cache_budget_bytes(cache_dir=None) -> int:
     """The ``"auto"`` slices' budget for this machine: a third of CPU 0's last-level cache (the highest level of
-    ``cache_dir``, Linux sysfs), kept within [:data:`MIN_BUDGET_BYTES`, :data:`MAX_BUDGET_BYTES`] (the bounds
+    ``cache_dir``; default ``$JAXFL_CPU_CACHE_DIR``, else Linux sysfs's ``cpu0/cache``), kept within [:data:`MIN_BUDGET_BYTES`, :data:`MAX_BUDGET_BYTES`] (the bounds
     are where the slices measured fastest on a 32 MiB and a 300 MiB L3); :data:`MIN_BUDGET_BYTES` where the
     cache cannot be read (no sysfs, another OS)."""
     levels = {}
     try:
-        for index in Path(cache_dir).glob("index*"):
+        for index in Path(_default_cache_dir() if cache_dir is None else cache_dir).glob("index*"):
             if (index / "type").read_text().strip() in ("Unified", "Data"):
                 level = int((index / "level").read_text())
                 levels[level] = max(levels.get(level, 0), _sysfs_size((index / "size").read_text()))

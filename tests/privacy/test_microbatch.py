@@ -250,3 +250,11 @@ def test_cache_budget_uses_the_highest_level_present_and_the_floor_without_a_rea
     assert microbatch.cache_budget_bytes(broken) == microbatch.MIN_BUDGET_BYTES
     only_instructions = _fake_sysfs(tmp_path / "icache", [(1, "Instruction", "32K")])
     assert microbatch.cache_budget_bytes(only_instructions) == microbatch.MIN_BUDGET_BYTES
+
+
+def test_cache_budget_reads_the_folder_the_environment_names(tmp_path, monkeypatch):
+    _fake_sysfs(tmp_path, [(2, "Unified", "2048K"), (3, "Unified", "98304K")])
+    monkeypatch.setenv(microbatch.CACHE_DIR_ENV, str(tmp_path))
+    assert microbatch.cache_budget_bytes() == 32 * 2**20
+    monkeypatch.setenv(microbatch.CACHE_DIR_ENV, str(tmp_path / "empty"))
+    assert microbatch.cache_budget_bytes() == microbatch.MIN_BUDGET_BYTES
