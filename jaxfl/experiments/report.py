@@ -105,7 +105,9 @@ class RoundsFigure:
 class Report:
     """What a study reports: a summary table and (optionally) a figure; ``paper`` holds the paper's own
     numbers by ``(algorithm, epsilon)``, printed beside ours; ``header`` opens each panel's table (format
-    fields: ``{name}``, ``{panel}``, ``{trials}``, ``{reps}``, ``{form}``)."""
+    fields: ``{name}``, ``{panel}``, ``{trials}``, ``{reps}``, ``{form}``); ``combined`` lays out one table over
+    the panels of several results files of the same form (panels run on different machines), for a docs block
+    naming them (:mod:`jaxfl.experiments.tables`)."""
 
     table: Table
     figure: Figure | None = None
@@ -113,6 +115,7 @@ class Report:
     header: str = "{name}, {panel}: {trials} trial(s) x {reps} seed(s) ({form} form)"
     notes: Callable[[dict], str] | None = None
     rounds_figure: RoundsFigure | None = None
+    combined: Callable[[dict], str] | None = None
 
 
 # ------------------------------------------------------------------------------------------------

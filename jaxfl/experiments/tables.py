@@ -8,7 +8,10 @@ Every table of reproduced numbers in the docs sits between two markers naming it
 
 and is the study's own summary (:func:`jaxfl.experiments.report.summary`) of
 ``results/<experiment>[/<variant>]/results.json``, followed by one line naming the file, the run's
-form, wall time and machine. ``jaxfl tables`` rewrites every block (and redraws each committed run's ``summary.md`` and
+form, wall time and machine. A block may name several directories of one study and form, joined by commas
+(panels run on different machines, e.g. ``results/huang-jdp/table1-mnist,results/huang-jdp/table1-mnist/gpu``):
+it holds the study's combined table (:attr:`jaxfl.experiments.report.Report.combined`) over all their panels,
+then one line per file naming its panels and machine. ``jaxfl tables`` rewrites every block (and redraws each committed run's ``summary.md`` and
 ``figure.png`` with the current report layout); ``jaxfl tables --check`` (and the test suite) fails when
 a block differs from what the committed results give, so no number in those tables is typed by hand.
 """
@@ -46,12 +49,59 @@ def _report_of(study, doc: dict):
     return study.form_of(quick=quick_or_full == "quick", variant=variant or None).report
 
 
-def block(root: Path, rel: str) -> str:
-    """The generated text of one block: the summary of ``root/rel/results.json`` and its provenance."""
+def _load(root: Path, rel: str) -> dict:
     path = root / rel / "results.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} (run `jaxfl reproduce` for it, or remove its block from the docs)")
-    doc = json.loads(path.read_text())
+    return json.loads(path.read_text())
+
+
+def _machine(env: dict) -> str:
+    backend = env.get("backend")
+    if backend != "cpu" and env.get("device_kind"):  # an accelerator: name it
+        backend = f"{backend} ({env['device_kind']})"
+    return f"{env.get('cores')} cores, {backend}, JAX {env.get('jax_version')}"
+
+
+def combined_block(root: Path, rels: list[str]) -> str:
+    """One table over the panels of several results files of one study and form (each panel in one file only),
+    laid out by the study's :attr:`~jaxfl.experiments.report.Report.combined`, then each file's panels and
+    machine."""
+    docs = [_load(root, rel) for rel in rels]
+    first = docs[0]
+    for rel, doc in zip(rels[1:], docs[1:]):
+        if (doc["experiment"], doc["config"].get("form")) != (first["experiment"], first["config"].get("form")):
+            raise ValueError(f"{rel}: {doc['experiment']} ({doc['config'].get('form')} form) cannot be combined with "
+                             f"{rels[0]}: {first['experiment']} ({first['config'].get('form')} form)")
+    layout = _report_of(_experiment(rels[0]).study, first).combined
+    if layout is None:
+        raise ValueError(f"{', '.join(rels)}: {first['experiment']} has no combined table (Report.combined)")
+    seen = {}
+    for rel, doc in zip(rels, docs):
+        for panel in doc["config"]["panels"]:
+            if panel in seen:
+                raise ValueError(f"panel {panel!r} is in both {seen[panel]} and {rel}: a combined block takes each "
+                                 "panel from one file")
+            seen[panel] = rel
+    order = first["config"].get("panels_of_full_study") or list(seen)
+    merged = {**first, "runs": sorted((r for doc in docs for r in doc["runs"]),
+                                      key=lambda r: order.index(r["panel"]) if r["panel"] in order else len(order)),
+              "config": {**first["config"], "panels": [p for p in order if p in seen]}}
+    missing = [p for p in order if p not in seen]
+    lines = [f"**Panels not run**: {', '.join(missing)}.", ""] if missing else []
+    lines += [layout(merged), ""]
+    lines += [f"From `{rel}/results.json` ({', '.join(doc['config']['panels'])}; "
+              f"{report.form_label(doc['config'].get('form'))} form; {_machine(doc['environment'])})."
+              for rel, doc in zip(rels, docs)]
+    return "\n".join(lines) + "\n"
+
+
+def block(root: Path, rel: str) -> str:
+    """The generated text of one block: the summary of ``root/rel/results.json`` and its provenance (several
+    directories joined by commas: :func:`combined_block`)."""
+    if "," in rel:
+        return combined_block(root, rel.split(","))
+    doc = _load(root, rel)
     text = report.summary(doc, _report_of(_experiment(rel).study, doc))
     env, config = doc["environment"], doc["config"]
     seconds = float(config.get("wall_seconds_total", float("nan")))
@@ -69,11 +119,8 @@ def block(root: Path, rel: str) -> str:
                       "of wall time")
     prng = env.get("prng_impl", "threefry2x32")
     keys = "" if prng == "threefry2x32" else f", {prng} keys"
-    backend = env.get("backend")
-    if backend != "cpu" and env.get("device_kind"):  # an accelerator: name it
-        backend = f"{backend} ({env['device_kind']})"
     return (f"{text}\n\nFrom `{rel}/results.json` ({report.form_label(config.get('form'))} form; {time_text} on "
-            f"{env.get('cores')} cores, {backend}, JAX {env.get('jax_version')}{keys}).\n")
+            f"{_machine(env)}{keys}).\n")
 
 
 def generate(docs_text: str, root: Path) -> str:

@@ -215,6 +215,22 @@ def test_noise_rows_follow_from_the_calibration():
     assert epochs["metrics"]["steps"] == 10 * round(10 / (32 * 64 / 10_000))
 
 
+def test_table1_layout_counts_cells_within_three_points_and_names_both_winners():
+    """Hand-made accuracies at n = 4 against the paper's MNIST cells (0.9445, 0.9602, 0.4444, 0.4658): per-silo
+    2.9 points above (within), no-DP 3.1 below (outside), full DP equal, joint DP 10 above; n = 1024 has no
+    paper row."""
+    acc = {H.PER_SILO: 0.9735, H.NO_DP: 0.9292, H.FULL: 0.4444, H.JOINT: 0.5658, H.STATED: 0.5}
+    runs = [{"panel": f"n = {n}", "algorithm": label, "epsilon": None, "metrics": {"test_accuracy": a}}
+            for n in (4, 1024) for label, a in acc.items()]
+    lines = H._table1_layout("mnist", {"runs": runs})
+    row4 = next(line for line in lines if line.startswith("| 4 |"))
+    assert row4.endswith(f"| {H.PER_SILO} | {H.PER_SILO} | +12.1 \\| +2.1 |")
+    assert "0.9735 ± 0.0000 \\| 0.9445 ± 0.0069" in row4
+    assert next(line for line in lines if line.startswith("| 1024 |")).endswith(f"| {H.PER_SILO} | - | +12.1 |")
+    assert lines[-1] == (f"Cells within 3 points of the paper's: {H.PER_SILO} 1 of 1, {H.NO_DP} 0 of 1, "
+                         f"{H.FULL} 1 of 1, {H.JOINT} 0 of 1.")
+
+
 def test_figure1_notes_check_the_papers_claims_on_the_means():
     """Two panels, hand-made accuracies: joint above full at eps 1 and 10 in both panels but one (n = 4, eps 10),
     n = 4 at eps 1 at chance (0.10, 0.15 < 0.125 + 0.05), full above joint at eps 100 in one panel of two, and a

@@ -20,7 +20,55 @@ def test_docs_tables_equal_what_the_committed_results_give(document):
 
 def test_every_block_names_a_committed_results_file():
     for match in tables.BLOCK.finditer(DOCS.read_text()):
-        assert (ROOT / match.group("path") / "results.json").is_file()
+        for rel in match.group("path").split(","):
+            assert (ROOT / rel / "results.json").is_file()
+
+
+def _copy_results(rel, root):
+    shutil.copytree(ROOT / rel, root / rel, ignore=shutil.ignore_patterns("checkpoints", "curves.csv", "parts", "gpu",
+                                                                          "dp-tuned"))
+    return json.loads((root / rel / "results.json").read_text())
+
+
+def _write_results(doc, rel, root):
+    (root / rel).mkdir(parents=True, exist_ok=True)
+    (root / rel / "results.json").write_text(json.dumps(doc))
+
+
+def test_a_combined_block_joins_the_panels_of_several_files(tmp_path):
+    """One file's two panels split into two files (one marked as a GPU's): the combined block holds both panels'
+    rows in the study's order, once each, with the one-file table's cells, and names each file's panels and
+    machine."""
+    rel = "results/huang-jdp/table1-mnist"
+    doc = _copy_results(rel, tmp_path)
+    first, second = doc["config"]["panels"][:2]
+    for sub, keep in (("cpu-half", first), ("gpu-half", second)):
+        part = {**doc, "runs": [r for r in doc["runs"] if r["panel"] == keep],
+                "config": {**doc["config"], "panels": [keep]}}
+        if sub == "gpu-half":
+            part["environment"] = {**doc["environment"], "backend": "gpu", "device_kind": "Some GPU", "cores": 16}
+        _write_results(part, f"{rel}/{sub}", tmp_path)
+    text = tables.block(tmp_path, f"{rel}/gpu-half,{rel}/cpu-half")
+    whole = tables.block(tmp_path, rel)
+    rows = [line for line in text.splitlines() if line.startswith(("| 4 |", "| 16 |"))]
+    assert [line.split(" |")[0] for line in rows] == ["| 4", "| 16"]      # the study's panel order, not the block's
+    assert all(line in whole for line in rows)                             # the same cells as the one-file table
+    assert "**Panels not run**: n = 64, n = 128, n = 256, n = 512." in text
+    assert f"From `{rel}/gpu-half/results.json` ({second}; full form; 16 cores, gpu (Some GPU)," in text
+    assert f"From `{rel}/cpu-half/results.json` ({first}; full form; {doc['environment']['cores']} cores, cpu," in text
+
+
+def test_a_combined_block_refuses_a_panel_twice_another_study_or_a_study_without_a_combined_table(tmp_path):
+    rel, other = "results/huang-jdp/table1-mnist", "results/huang-jdp/noise"
+    doc = _copy_results(rel, tmp_path)
+    _write_results(doc, f"{rel}/again", tmp_path)
+    with pytest.raises(ValueError, match="panel 'n = 4' is in both"):
+        tables.block(tmp_path, f"{rel},{rel}/again")
+    _copy_results(other, tmp_path)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        tables.block(tmp_path, f"{rel},{other}")
+    with pytest.raises(ValueError, match="has no combined table"):
+        tables.block(tmp_path, f"{other},{other}")
 
 
 def test_summary_md_of_each_committed_run_is_its_studys_summary():
