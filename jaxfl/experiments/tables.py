@@ -11,9 +11,10 @@ and is the study's own summary (:func:`jaxfl.experiments.report.summary`) of
 form, wall time and machine. A block may name several directories of one study and form, joined by commas
 (panels run on different machines, e.g. ``results/huang-jdp/table1-mnist,results/huang-jdp/table1-mnist/gpu``):
 it holds the study's combined table (:attr:`jaxfl.experiments.report.Report.combined`) over all their panels,
-then one line per file naming its panels and machine. ``jaxfl tables`` rewrites every block (and redraws each committed run's ``summary.md`` and
-``figure.png`` with the current report layout); ``jaxfl tables --check`` (and the test suite) fails when
-a block differs from what the committed results give, so no number in those tables is typed by hand.
+then one line per file naming its panels and machine. ``jaxfl tables`` rewrites every block (and redraws
+each committed run's ``summary.md`` and ``figure.png`` with the current report layout); ``jaxfl tables
+--check`` (and the test suite) fails when a block differs from what the committed results give, so no number
+in those tables is typed by hand.
 """
 from __future__ import annotations
 
