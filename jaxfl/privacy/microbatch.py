@@ -55,9 +55,9 @@ def _sysfs_size(text: str) -> int:
 
 def cache_budget_bytes(cache_dir=None) -> int:
     """The ``"auto"`` slices' budget for this machine: a third of CPU 0's last-level cache (the highest level of
-    ``cache_dir``; default ``$JAXFL_CPU_CACHE_DIR``, else Linux sysfs's ``cpu0/cache``), kept within [:data:`MIN_BUDGET_BYTES`, :data:`MAX_BUDGET_BYTES`] (the bounds
-    are where the slices measured fastest on a 32 MiB and a 300 MiB L3); :data:`MIN_BUDGET_BYTES` where the
-    cache cannot be read (no sysfs, another OS)."""
+    ``cache_dir``; default ``$JAXFL_CPU_CACHE_DIR``, else Linux sysfs's ``cpu0/cache``), kept within
+    [:data:`MIN_BUDGET_BYTES`, :data:`MAX_BUDGET_BYTES`] (the bounds are where the slices measured fastest on a
+    32 MiB and a 300 MiB L3); :data:`MIN_BUDGET_BYTES` where the cache cannot be read (no sysfs, another OS)."""
     levels = {}
     try:
         for index in Path(_default_cache_dir() if cache_dir is None else cache_dir).glob("index*"):
