@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -49,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.models import nets
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import cpu_model, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.privacy.clipping import clipped_grad_sum, explicit_clipped_grad_sum
 from jaxfl.privacy.microbatch import microbatch_size
 
@@ -351,19 +350,9 @@ def main(argv=None) -> int:
     for name in args.models:
         for batch in args.batches:
             steps = max(args.min_steps, args.samples // batch)
-            runners = {}
-            for m in methods:
-                if m.startswith("opacus"):
-                    runners[m] = opacus_runner(name, m.split()[1], batch, steps)
-                else:
-                    runners[m] = jax_runner(name, jax_methods[m], batch, steps)
-                runners[m]()                                  # warm-up (compilation, allocator)
-            best = {m: float("inf") for m in methods}
-            for _ in range(args.repeats):                     # interleaved: every repeat times every method
-                for m in methods:
-                    t0 = time.perf_counter()
-                    runners[m]()
-                    best[m] = min(best[m], time.perf_counter() - t0)
+            runners = {m: opacus_runner(name, m.split()[1], batch, steps) if m.startswith("opacus")
+                       else jax_runner(name, jax_methods[m], batch, steps) for m in methods}
+            best = interleaved_best_seconds(runners, args.repeats)   # a warm-up call each, then interleaved
             del runners
             sps = {m: batch * steps / best[m] for m in methods}
             module, shape, _ = MODELS[name]
@@ -396,7 +385,8 @@ def main(argv=None) -> int:
                     "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
                     "jax_threads": "XLA:CPU default (all cores)",
                     "load_average_1min": {"start": load_before, "end": os.getloadavg()[0]}},
-        "step": {"clip_norm": CLIP, "noise_multiplier": SIGMA, "lr": LR, "optimizer": "plain SGD on (sum + noise) / batch",
+        "step": {"clip_norm": CLIP, "noise_multiplier": SIGMA, "lr": LR,
+                 "optimizer": "plain SGD on (sum + noise) / batch",
                  "opacus": "make_private(noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False, "
                            "loss_reduction='mean'), torch.optim.SGD, pre-made batches in a Python loop",
                  "jaxfl": "explicit_clipped_grad_sum (vmap) / clipped_grad_sum (ghost: its defaults, ghost norms and "
@@ -422,4 +412,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     raise SystemExit(main())

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfl.experiments.report import cpu_model, interleaved_best_seconds, write_benchmark
+from jaxfl.experiments.report import cpu_model, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.models import conv
 
 STEPS = 20
@@ -204,7 +204,8 @@ def main(argv=None) -> int:
                     "of LeNet-5 and the CIFAR CNN at the training batches; ratio = the smallest over the layers and "
                     f"batches of torch seconds / jaxfl seconds (jaxfl's convolution per example under vmap, as the "
                     f"models run in local training) (> 1: jaxfl faster; here {worst['model']} "
-                    f"{worst['layer']} at batch {worst['batch']}); the whole-batch call, lax and two candidate forms in rows",
+                    f"{worst['layer']} at batch {worst['batch']}); the whole-batch call, lax and two candidate "
+                    "forms in rows",
         "rows": rows,
         "notes": "A pass = the forward convolution + the kernel gradient (+ the input gradient for conv2). JAX: "
                  f"{STEPS} passes in one jitted lax.scan; torch: a loop over the same tensors (NCHW). Interleaved, "
@@ -215,4 +216,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     raise SystemExit(main())

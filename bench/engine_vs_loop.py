@@ -34,7 +34,7 @@ from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import local, run_rounds
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clipped_grad_sum
 
@@ -318,7 +318,8 @@ def main():
     }
     out = write_benchmark(record, args.out)
     for row in record["rows"]:
-        print(f"{row['setting']:50s} numpy {row['numpy_seconds']*1e3:8.2f} ms   jaxfl {row['jaxfl_seconds']*1e3:8.2f} ms"
+        print(f"{row['setting']:50s} numpy {row['numpy_seconds']*1e3:8.2f} ms   "
+              f"jaxfl {row['jaxfl_seconds']*1e3:8.2f} ms"
               f"   ratio {row['ratio']:7.1f}x")
     print(f"headline ratio (median of paired vectorized-NumPy / jaxfl times, one run, steady state): {ratio:.1f}x"
           f"   -> {out}")
@@ -335,4 +336,5 @@ def main():
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     main()

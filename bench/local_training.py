@@ -25,7 +25,8 @@ Side by side in this process, each program jitted and timed after a warm-up (bes
   Needs the ``bench`` extra (torch); without it the benchmark prints one line and exits.
 
 ``speedup`` = old seconds / new seconds. Usage:
-python bench/local_training.py [--repeats 2] [--step-repeats 5] [--skip-rounds] [--out bench/results/local_training.json]
+python bench/local_training.py [--repeats 2] [--step-repeats 5] [--skip-rounds]
+    [--out bench/results/local_training.json]
 """
 from __future__ import annotations
 
@@ -44,14 +45,15 @@ from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import local
 from jaxfl.experiments import dprec_data
-from jaxfl.experiments.report import best_seconds, cpu_model, interleaved_best_seconds, write_benchmark
+from jaxfl.experiments.report import best_seconds, cpu_model, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.models import nets
 from jaxfl.privacy.microbatch import microbatch_size
 
 STEPS, BATCH, CLIENTS = 43, 20, 10
 MISSING_EXTRA = "needs torch: pip install -e '.[bench]'"
 # vs_pytorch rows: (name in bench/clipping_vs_opacus.py's MODELS, title, batch)
-TORCH_ROWS = [("lenet5", "LeNet-5", 20), ("lenet5", "LeNet-5", 64), ("cifar", "CifarCNN", 20), ("cifar", "CifarCNN", 64)]
+TORCH_ROWS = [("lenet5", "LeNet-5", 20), ("lenet5", "LeNet-5", 64),
+              ("cifar", "CifarCNN", 20), ("cifar", "CifarCNN", 64)]
 
 
 def step_seconds(module, repeats: int) -> float:
@@ -214,7 +216,8 @@ def main(argv=None) -> int:
         "notes": "step: one LeNet-5 SGD step of batch 20 inside lax.scan. round: one dprec/mnist round of 10 clients; "
                  "speedup = 'lax conv, vmap' seconds / 'one at a time' seconds (jaxfl conv, clients_per_pass=1). "
                  "vs_pytorch: jaxfl (jitted lax.scan of 43 SGD steps, gradients by local.mean_loss_and_grad in its "
-                 "default microbatch slices; 'unsliced': the whole batch at once) against PyTorch eager (a loop of 43 steps), "
+                 "default microbatch slices; 'unsliced': the whole batch at once) against PyTorch eager (a loop of "
+                 "43 steps), "
                  "same model, batch and initial weights, interleaved, best of repeats.",
     }
     out = write_benchmark(record, args.out)
@@ -223,4 +226,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     raise SystemExit(main())

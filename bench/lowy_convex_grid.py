@@ -72,7 +72,7 @@ from jaxfl.engine import grid_points, local, sweep
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_convex as LC
 from jaxfl.experiments import study as S
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
 
 M = 25                 # silos per round (the M = 25 panel; N = 25)
 PANEL = S.Panel(f"M = {M}", (("silos_per_round", M),))
@@ -545,7 +545,8 @@ def main():
                 authors_metrics.append(numpy_metrics(w, first))
             entry["authors_script_structure"] = {
                 "numpy_runs": len(authors_metrics), "numpy_seconds": seconds["authors_script_structure"][kind],
-                **{k: agreement([m[k] for m in authors_metrics], refs[private][k]) for k in ("train_loss", "test_error")}}
+                **{k: agreement([m[k] for m in authors_metrics], refs[private][k])
+                   for k in ("train_loss", "test_error")}}
             if family == "local" and private:
                 # The timed runs are few (a minute each): more runs of the same algorithm with the noise drawn
                 # as sigma * standard_normal (the same N(0, sigma^2 I), ~30x cheaper) for a sharper check.
@@ -568,7 +569,8 @@ def main():
                       f"{c['test_error']['jaxfl_mean']:.4f} (z={c['test_error']['z']:+.2f})", flush=True)
                 more = c.get("same_noise_distribution_cheaper_draws")
                 if more:
-                    print(f"    {'  same, sigma * standard_normal noise':42s} {'':8s}        ({more['numpy_runs']} runs)"
+                    print(f"    {'  same, sigma * standard_normal noise':42s} {'':8s}        "
+                          f"({more['numpy_runs']} runs)"
                           f"  train loss {more['train_loss']['numpy_mean']:.4f} (z={more['train_loss']['z']:+.2f})"
                           f"  test error {more['test_error']['numpy_mean']:.4f} (z={more['test_error']['z']:+.2f})",
                           flush=True)
@@ -659,7 +661,8 @@ def main():
             "the same for all implementations) is reported separately",
             "NumPy silo-vectorised and looped: float32 (as jaxfl), np.random.default_rng (PCG64) integers for the "
             "with-replacement indices and standard_normal(dtype=float32) for the noise, NumPy's default BLAS threads "
-            "(a development A/B against one BLAS thread showed no difference beyond 2%); per-example clipping through |s - y| ||x_j|| (logistic regression's per-example gradient "
+            "(a development A/B against one BLAS thread showed no difference beyond 2%); per-example clipping "
+            "through |s - y| ||x_j|| (logistic regression's per-example gradient "
             "is (s - y) x_j; the loss's 1e-12 guards dropped from the derivative, as bench/engine_vs_loop.py), the "
             "record norms computed once per run inside the timed region",
             "Not measured: NumPy vectorised across configurations as well (jaxfl's own vmap over the 35 configs x 3 "
@@ -673,7 +676,8 @@ def main():
         ],
     }
     write_benchmark(record, out_path)
-    print(f"\n{'':44s} {'whole grid':>13s} {'ratio':>8s} {'MB-SGD':>10s} {'ratio':>7s} {'Local SGD':>11s} {'ratio':>7s}")
+    print(f"\n{'':44s} {'whole grid':>13s} {'ratio':>8s} {'MB-SGD':>10s} {'ratio':>7s} "
+          f"{'Local SGD':>11s} {'ratio':>7s}")
     print(f"{'jaxfl (vmapped programs, compilation incl.)':44s} {jaxfl_seconds:11.1f} s {'':8s} "
           f"{jax_family['mbsgd']:8.1f} s {'':7s} {jax_family['local']:9.1f} s")
     for row in rows[1:1 + len(BASELINES)]:
@@ -685,4 +689,5 @@ def main():
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     main()

@@ -48,7 +48,7 @@ from jaxfl.engine import grid_points, initial_state, run_rounds
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_nonconvex as N
 from jaxfl.experiments import study as S
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
 
 
 STUDIES = {"mnist": N.MNIST, "cifar10": N.CIFAR10}
@@ -161,7 +161,8 @@ def main():
                       f"{row['seconds_per_call_min_max'][1]:.2f}] of {row['configs_per_call']}x{study.reps} (compile "
                       f"{row['compile_seconds']:.1f} s) -> {row['jaxfl_seconds']:.0f} s; one at a time "
                       f"{row['single_seconds_per_run']:.3f} s/run [{row['single_seconds_per_run_min_max'][0]:.3f}, "
-                      f"{row['single_seconds_per_run_min_max'][1]:.3f}] (compile {row['single_compile_seconds']:.1f} s) -> "
+                      f"{row['single_seconds_per_run_min_max'][1]:.3f}] "
+                      f"(compile {row['single_compile_seconds']:.1f} s) -> "
                       f"{row['loop_seconds']:.0f} s; ratio {row['ratio']:.2f}; check "
                       f"{row['check_max_abs_param_diff']:.1e}", flush=True)
     jaxfl_s = sum(r["jaxfl_seconds"] for r in rows)
@@ -185,7 +186,8 @@ def main():
                  "panels": [[p["silos_per_round"], p["rounds"]] for p in study.panels],
                  "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
                  "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
-                 "runs": sum(r["runs"] for r in rows), "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
+                 "runs": sum(r["runs"] for r in rows),
+                 "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
                  "form": "QUICK (tiny settings)" if args.quick else FORMS[args.study]},
         "rows": rows,
         "notes": [
@@ -204,4 +206,5 @@ def main():
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     main()

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
+from jaxfl.experiments.report import best_seconds, cpu_model, source_revision, write_benchmark
 from jaxfl.privacy.normal import normal_from_bits, standard_normal
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
@@ -94,8 +94,8 @@ def main():
                     "load_average_1min": os.getloadavg()[0]},
         "ratio": numpy_seconds / default,
         "baseline": "NumPy Generator.standard_normal(dtype=float32) on the same block, same process; ratio = NumPy "
-                    "seconds / jaxfl.privacy.normal.standard_normal (the generator of jaxfl's privacy noise) seconds, best of "
-                    "repeats",
+                    "seconds / jaxfl.privacy.normal.standard_normal (the generator of jaxfl's privacy noise) "
+                    "seconds, best of repeats",
         "normals": n, "repeats": args.repeats,
         "write_bandwidth": {"bytes_per_second_jax_fill": bandwidth,
                             "bytes_per_second_numpy_copyto_read_plus_write": 2 * nbytes / write["numpy_copyto"],
@@ -112,4 +112,5 @@ def main():
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     main()

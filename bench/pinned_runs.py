@@ -83,7 +83,9 @@ def main(argv=None) -> int:
 
     import jax
 
-    from jaxfl.experiments.report import cpu_model, write_benchmark
+    from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
+
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
 
     rows = []
     for method in METHODS:

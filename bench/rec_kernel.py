@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
-from jaxfl.experiments.report import best_seconds, cpu_model, write_benchmark
+from jaxfl.experiments.report import best_seconds, cpu_model, source_revision, write_benchmark
 from jaxfl.privacy import normal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the sibling benchmark, under `jaxfl bench` too
@@ -120,7 +120,8 @@ def main(argv=None) -> int:
                    for size in args.sizes}
     rows = []
     print(f"{'d':>9} {'K':>5} | {'fused s':>8} {'bare s':>8} {'naive s':>8} | {'bare/fused':>10} "
-          f"{'naive/fused':>11} | {'fused MiB':>9} {'naive MiB':>9} {'block MiB':>9} | {'fused RSS':>9} {'naive RSS':>9}")
+          f"{'naive/fused':>11} | {'fused MiB':>9} {'naive MiB':>9} {'block MiB':>9} | "
+          f"{'fused RSS':>9} {'naive RSS':>9}")
     for size in args.sizes:
         layout = rec.whole(size, args.bits)
         fns = {name: jax.jit(fn) for name, fn in programs(layout).items()}
@@ -138,9 +139,11 @@ def main(argv=None) -> int:
                "fused_rss_over_block": None if rss["fused"] is None else rss["fused"] / block}
         rows.append(row)
         mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f}"
-        print(f"{size:>9} {2**args.bits:>5} | {secs['fused']:>8.3f} {secs['bare_normal']:>8.3f} {secs['naive']:>8.3f} | "
+        print(f"{size:>9} {2**args.bits:>5} | "
+              f"{secs['fused']:>8.3f} {secs['bare_normal']:>8.3f} {secs['naive']:>8.3f} | "
               f"{row['ratio_bare_over_fused']:>10.2f} {row['ratio_naive_over_fused']:>11.2f} | "
-              f"{mib(xla['fused']):>9} {mib(xla['naive']):>9} {mib(block):>9} | {mib(rss['fused']):>9} {mib(rss['naive']):>9}")
+              f"{mib(xla['fused']):>9} {mib(xla['naive']):>9} {mib(block):>9} | "
+              f"{mib(rss['fused']):>9} {mib(rss['naive']):>9}")
 
     lenet = rec.BlockLayout(LENET5_TENSORS, (args.bits,) * len(LENET5_TENSORS))
     b = args.clients
@@ -177,8 +180,8 @@ def main(argv=None) -> int:
         "rows": rows, "batched": lenet_row,
         "notes": "ratio = bare normal seconds / fused encode seconds (>= 0.7 is the target; > 1: faster than "
                  "jax.random.normal). xla_bytes = compiled arguments + outputs + temporaries; "
-                 "peak_rss_rise_bytes = rise of the peak RSS (ru_maxrss) during the first run after compiling, in a fresh "
-                 "process; only what the run adds above the peak compilation reached, a lower bound, so "
+                 "peak_rss_rise_bytes = rise of the peak RSS (ru_maxrss) during the first run after compiling, in "
+                 "a fresh process; only what the run adds above the peak compilation reached, a lower bound, so "
                  "xla_bytes is the figure of record.",
     }
     out = write_benchmark(record, args.out)
@@ -187,4 +190,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     raise SystemExit(main())

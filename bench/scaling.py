@@ -36,7 +36,7 @@ from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import run_rounds
 from jaxfl.models import logistic_loss
-from jaxfl.experiments.report import cpu_model, write_benchmark
+from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
 
 RECORDS, BATCH = 64, 16
 SILOS = (8, 32, 128, 512, 2048, 4096)
@@ -87,7 +87,9 @@ with sharding.mesh_context(mesh):
     params = jax.block_until_ready(run(state, data))
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter(); params = jax.block_until_ready(run(state, data)); times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        params = jax.block_until_ready(run(state, data))
+        times.append(time.perf_counter() - t0)
 flat = np.concatenate([np.ravel(np.asarray(l)) for l in jax.tree_util.tree_leaves(params)])
 print(json.dumps({{"devices": jax.device_count(), "seconds_per_round": min(times) / rounds,
                   "params_sha256": hashlib.sha256(flat.tobytes()).hexdigest()}}))
@@ -179,4 +181,5 @@ def main():
 
 
 if __name__ == "__main__":
+    source_revision()   # the checkout as it is now: write_benchmark records it at the end
     main()

@@ -132,7 +132,8 @@ def test_per_silo():
     assert out.dtype == np.float64 and out.tolist() == [2.0, 2.0, 2.0]
     out = checks.per_silo("epsilon", np.array([1, 2, 3], np.float32), 3)
     assert out.dtype == np.float64 and out.tolist() == [1.0, 2.0, 3.0]
-    with pytest.raises(ValueError, match=r"epsilon must be a scalar or have one value per silo \(3\), got shape \(2,\)"):
+    with pytest.raises(ValueError,
+                       match=r"epsilon must be a scalar or have one value per silo \(3\), got shape \(2,\)"):
         checks.per_silo("epsilon", [1.0, 2.0], 3)
     with pytest.raises(ValueError, match="epsilon must be a real number"):
         checks.per_silo("epsilon", "a", 3)
@@ -181,10 +182,12 @@ def test_federated_data_accepts_and_returns_the_data(small_data):
     (lambda d: d._replace(counts=np.array([4, 2], np.int32)), r"data.counts must have one entry per silo \(3\)"),
     (lambda d: d._replace(counts=np.array([[4, 2, 1]], np.int32)), r"data.counts must have one entry per silo"),
     (lambda d: d._replace(counts=np.array([4.0, 2.0, 1.0])), r"data.counts must hold integers, got dtype float64"),
-    (lambda d: d._replace(counts=np.array([4, 5, 1])), r"data.counts must be in \[0, max_records=4\], got 5 for silo 1"),
+    (lambda d: d._replace(counts=np.array([4, 5, 1])),
+     r"data.counts must be in \[0, max_records=4\], got 5 for silo 1"),
     (lambda d: d._replace(counts=np.array([4, -1, 1])), r"data.counts must be in \[0, max_records=4\], got -1"),
     (lambda d: d._replace(y=np.zeros((3, 5), np.int32)), r"data.y must have the same \[num_silos, max_records\]"),
-    (lambda d: d._replace(x=np.zeros(3, np.float32)), r"data.x must be \[num_silos, max_records, ...\], got shape \(3,\)"),
+    (lambda d: d._replace(x=np.zeros(3, np.float32)),
+     r"data.x must be \[num_silos, max_records, ...\], got shape \(3,\)"),
     (lambda d: (d.x, d.y), r"data must be a FederatedData"),
 ])
 def test_federated_data_rejects(change, match):

@@ -33,7 +33,8 @@ def test_process_level_error_has_no_traceback():
     code, out, err = _run("account", "--noise-multiplier", "1.0", "--steps", "5", "--delta", "0")
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0 and "Traceback" not in err and "--delta" in err
-    code, _, err = _run("account", "--accountant", "bogus", "--noise-multiplier", "1", "--steps", "5", "--delta", "1e-5")
+    code, _, err = _run("account", "--accountant", "bogus", "--noise-multiplier", "1", "--steps", "5",
+                        "--delta", "1e-5")
     assert code == 2 and "bogus" in err and "Traceback" not in err
 
 
@@ -87,7 +88,8 @@ def test_benchmark_records_name_the_code_that_ran_them(tmp_path):
     record = json.loads(path.read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                           text=True, check=True).stdout.strip()
-    assert record["ratio"] == 2.0 and record["source"]["commit"] == head and isinstance(record["source"]["modified"], bool)
+    assert (record["ratio"] == 2.0 and record["source"]["commit"] == head
+            and isinstance(record["source"]["modified"], bool))
 
 
 def test_interleaved_timer_warms_up_each_side_then_alternates_them_and_keeps_each_ones_fastest_call(monkeypatch):

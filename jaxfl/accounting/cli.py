@@ -18,11 +18,11 @@ prints the central epsilon (add/remove one client) of ``T`` rounds, each drawing
 with replacement, every client update clipped to ``c`` prior standard deviations and sent as a ``b``-bit
 index (``b`` = total bits over all blocks); ``--delta`` defaults to ``N^-1.1``. ``--json`` prints
 ``{"epsilon", "delta", "accountant": "dprec", "bits", "clients", "clients_per_round", "rounds",
-"clip_multiplier", "delta_overhead", "order"}`` (``order``: the optimal Rényi order ``alpha = lambda + 1``). Where the importance-sampling
-overhead ``12 T B e^{c^2} / 2^b`` leaves no valid guarantee (``delta`` <= overhead) it prints ``inf``
-(``--json``: ``"epsilon": "inf"``, a string, because JSON has no infinity -- the same convention as
-``results.json``), writes a one-line explanation to stderr and exits with status 0. With
-``--target-epsilon E`` instead of ``--clip-multiplier`` it prints the largest clip multiplier meeting
+"clip_multiplier", "delta_overhead", "order"}`` (``order``: the optimal Rényi order ``alpha = lambda + 1``).
+Where the importance-sampling overhead ``12 T B e^{c^2} / 2^b`` leaves no valid guarantee (``delta`` <=
+overhead) it prints ``inf`` (``--json``: ``"epsilon": "inf"``, a string, because JSON has no infinity --
+the same convention as ``results.json``), writes a one-line explanation to stderr and exits with status 0.
+With ``--target-epsilon E`` instead of ``--clip-multiplier`` it prints the largest clip multiplier meeting
 (E, D).
 
 A flag that does not belong to the chosen accountant (e.g. ``--bits`` with ``rdp``, ``--steps`` with

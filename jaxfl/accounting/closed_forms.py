@@ -90,7 +90,8 @@ def advanced_composition(eps_per_step: float | Sequence[float], delta_per_step: 
 
     ``steps`` adaptive (eps_r, delta_r)-DP mechanisms are (eps, delta)-DP with
     ``eps = sqrt(2 ln(1/delta') sum_r eps_r^2) + sum_r eps_r (e^{eps_r} - 1)`` and
-    ``delta = sum_r delta_r + delta'``; for equal steps ``eps = sqrt(2 k ln(1/delta')) eps_0 + k eps_0 (e^{eps_0} - 1)``.
+    ``delta = sum_r delta_r + delta'``; for equal steps
+    ``eps = sqrt(2 k ln(1/delta')) eps_0 + k eps_0 (e^{eps_0} - 1)``.
 
     Args:
       eps_per_step: scalar (broadcast to ``steps``) or one epsilon per step (> 0, nats).

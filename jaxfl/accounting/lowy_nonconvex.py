@@ -284,7 +284,8 @@ def batch_experiment_paper(n, rounds, epsilon) -> int:
     """The paper's experiment batch (App. H.2; Alg. 11's and the baselines' ``K1 = K2``):
     ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` -- seed 000's :func:`lowy_convex.batch_experiment`
     (the same formula, one name for it)."""
-    return int(lowy_convex.batch_experiment(checks.positive_int("n", n), checks.positive_int("rounds", rounds), checks.epsilon("epsilon", epsilon)))
+    return int(lowy_convex.batch_experiment(checks.positive_int("n", n), checks.positive_int("rounds", rounds),
+                                            checks.epsilon("epsilon", epsilon)))
 
 
 def batch_experiment_code(n, rounds) -> int:

@@ -297,7 +297,8 @@ def r0_of_sigma(sigma: float, p: float, iterations: int = 200) -> float:
     r0 = 0.0
     for _ in range(checks.positive_int("iterations", iterations)):
         ratio = (8.0 * (1.0 / (1.0 - 2.0 * math.sqrt(r0 * sigma) / (sigma - r0))
-                        + math.e ** 3 / sigma ** 3 / (1.0 - 2.0 * math.e * math.sqrt(r0 * sigma) / ((sigma - r0) * sigma)))
+                        + math.e ** 3 / sigma ** 3 / (1.0 - 2.0 * math.e * math.sqrt(r0 * sigma)
+                                                      / ((sigma - r0) * sigma)))
                  * math.exp(3.0 / sigma ** 2))
         r0 = scale * (1.0 - r0 / sigma) ** 2 / ratio
     return r0
@@ -323,7 +324,8 @@ def k_bounds(p: float, q: float, records: int, epsilon: float, sigma: float, r0:
     eps = checks.positive_float("epsilon", epsilon)
     a, b = theorem_d3_constants(p, r0, sigma, gamma) if a_b is None else a_b
     scale = eps ** ((1 + p) / (1 + 2 * p)) * q ** (-1.0 / (1 + 2 * p)) * n
-    star = math.inf if p == 0 else ((r0 / sigma) ** ((1 + p) / p) / (p + 1)) * q ** (-1.0 / p) * n * (1 + gamma) ** (1 + p)
+    star = (math.inf if p == 0
+            else ((r0 / sigma) ** ((1 + p) / p) / (p + 1)) * q ** (-1.0 / p) * n * (1 + gamma) ** (1 + p))
     return KBounds(b * scale, a * scale, star)
 
 

@@ -10,7 +10,8 @@ experiments' regimes are :func:`personalized` with different parameter partition
 asynchronous protocol (its host timeline in ``async_timeline``, its sample- and step-size sequences in
 ``async_schedules``). ``prox`` holds the proximal operators they step with (composable with optax).
 """
-from jaxfl.algorithms import async_dp, async_schedules, async_timeline, dprec, joint_dp, lowy_convex, lowy_nonconvex, prox
+from jaxfl.algorithms import (async_dp, async_schedules, async_timeline, dprec, joint_dp, lowy_convex, lowy_nonconvex,
+                              prox)
 from jaxfl.algorithms.async_dp import async_sgd, sync_sgd
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.algorithms.dprec import dp_rec
@@ -19,5 +20,6 @@ from jaxfl.algorithms.personalized import personalized
 from jaxfl.algorithms.scaffold import scaffold
 from jaxfl.algorithms.sgd import local_sgd, minibatch_sgd
 
-__all__ = ["ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "sync_sgd", "dp_fedavg", "dp_rec", "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
+__all__ = ["ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "sync_sgd", "dp_fedavg", "dp_rec",
+           "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
            "nssgd", "personalized", "prox", "scaffold"]

@@ -61,7 +61,8 @@ def draw_timing(num_clients: int, rounds: int, *, seed: int = 0, speed_spread: f
     ``mean_delay``, in the same unit as ``step_time``). ``speed_spread = mean_delay = 0``: equal speeds, no
     delays."""
     n, t = checks.positive_int("num_clients", num_clients), checks.positive_int("rounds", rounds)
-    rng = np.random.default_rng(checks.non_negative_int("seed", seed))  # host-rng-ok: the simulated timing (speeds, delays), not noise or sampling
+    rng = np.random.default_rng(  # host-rng-ok: the simulated timing (speeds, delays), not noise or sampling
+        checks.non_negative_int("seed", seed))
     spread = checks.non_negative_float("speed_spread", speed_spread)
     delay, dspread = checks.non_negative_float("mean_delay", mean_delay), checks.non_negative_float("delay_spread",
                                                                                                    delay_spread)

@@ -189,7 +189,8 @@ def theorem_parameters(*, lipschitz: float, radius: float, n: int, dim: int, eps
     """
     L, D, M = float(lipschitz), float(radius), float(silos_per_round)
     n, d, eps = float(n), float(dim), float(epsilon)
-    for name, value in (("lipschitz", L), ("radius", D), ("n", n), ("dim", d), ("epsilon", eps), ("silos_per_round", M)):
+    for name, value in (("lipschitz", L), ("radius", D), ("n", n), ("dim", d), ("epsilon", eps),
+                        ("silos_per_round", M)):
         if not value > 0:
             raise ValueError(f"{name} must be > 0, got {value}")
     if not 0 < delta < 1 or mu < 0:
@@ -370,8 +371,9 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
     averages over the ``M_r`` available silos, steps ``w_{r+1} = Pi_W(w_r - eta g)`` and outputs
     ``w^_R`` (``averaging``: ``"last"`` iterate as in the experiments, ``"uniform"`` (Thm D.1) or
     ``"stich"`` weights with ``mu`` (Lemma D.5), or ``"window"``: the mean of the last ``window``
-    iterates after each step, the authors' scripts' output, see :func:`window_average`). Calibrate ``noise_multiplier`` with
-    :func:`calibrate_minibatch_sgd`. For non-smooth losses pass ``moreau_envelope(loss, beta)``.
+    iterates after each step, the authors' scripts' output, see :func:`window_average`). Calibrate
+    ``noise_multiplier`` with :func:`calibrate_minibatch_sgd`. For non-smooth losses pass
+    ``moreau_envelope(loss, beta)``.
 
     Privacy per round and silo: ``SampledWithReplacementDpEvent(n_i, K, Gaussian(z_i))``, replace-one
     neighbours (account with ``accountant="lowy"``). ``microbatch``: the clipped sum taken in slices of this
@@ -585,8 +587,10 @@ def multistage_schedule(rounds: int, *, smoothness: float, mu: float, noise_std:
     alphas, etas, restarts = [], [], []
     k = 1
     while len(alphas) < rounds:
-        r_k = math.ceil(max(4 * math.sqrt(2 * smoothness / mu), 128 * noise_std**2 / (3 * mu * gap * 2.0 ** (-(k + 1)))))
-        upsilon = max(2 * smoothness, math.sqrt(mu * noise_std**2 / (3 * gap * 2.0 ** (-(k - 1)) * r_k * (r_k + 1) * (r_k + 2))))
+        r_k = math.ceil(max(4 * math.sqrt(2 * smoothness / mu),
+                            128 * noise_std**2 / (3 * mu * gap * 2.0 ** (-(k + 1)))))
+        upsilon = max(2 * smoothness,
+                      math.sqrt(mu * noise_std**2 / (3 * gap * 2.0 ** (-(k - 1)) * r_k * (r_k + 1) * (r_k + 2))))
         a, e = _stage(r_k, upsilon)
         alphas.extend(a)
         etas.extend(e)
@@ -855,8 +859,8 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, ba
         return PvecDpEvent(*pvec, num_users=int(silos_per_round) * k, dim=template.size)
 
     alg = _acsa(schedule=schedule, batch_size=k, mu=mu, regularization=regularization, sampling="one_pass",
-                silos_per_round=silos_per_round, projection=projection, message_fn=message, aggregator=participant_count_sum,
-                decode=decode, privacy=one_pass_privacy(k, events_for, central_for),
+                silos_per_round=silos_per_round, projection=projection, message_fn=message,
+                aggregator=participant_count_sum, decode=decode, privacy=one_pass_privacy(k, events_for, central_for),
                 name=name or "sdp_accelerated_mbsgd", noise_multiplier=0.0)
     acsa_init = alg.init
 

@@ -164,7 +164,8 @@ def _pvec(loss_fn, clip_norm, fresh_params: shuffle.ShuffleParams, diff_params: 
         fresh=lambda params, batch, key: report(key, flat_grads(params, batch), batch, clip_norm, fresh_params),
         difference=lambda params, reference, batch, key, bound: report(
             key, flat_grads(params, batch) - flat_grads(reference, batch), batch, bound, diff_params),
-        aggregator=participant_count_sum, decode_fresh=decoder(fresh_params), decode_difference=decoder(diff_params), init=init)
+        aggregator=participant_count_sum, decode_fresh=decoder(fresh_params), decode_difference=decoder(diff_params),
+        init=init)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,8 +250,8 @@ def _variance_reduced(*, kind: str, period, mechanism: _Mechanism, step_size, pr
 
         def difference():
             batch = diff_sampler(keys_lib.step_key(silo_key, 1, keys_lib.Purpose.MINIBATCH), x, y, count)
-            return mechanism.difference(params, reference, batch, keys_lib.step_key(silo_key, 1, keys_lib.Purpose.NOISE),
-                                        bound)
+            return mechanism.difference(params, reference, batch,
+                                        keys_lib.step_key(silo_key, 1, keys_lib.Purpose.NOISE), bound)
 
         if never_differs:
             return (fresh(), None), {}
@@ -539,7 +540,8 @@ def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, e
     """ISRL-DP FedProx-PL-SVRG (Alg. 2): :func:`fedprox_svrg` restarted from its uniformly drawn iterate
     every ``epochs * epoch_length`` rounds; run ``S`` restarts as ``S * epochs * epoch_length`` rounds. The
     output is the iterate after the last restart (``state.params`` at a restart boundary).
-    Theorem E.2 calibrates ``sigma_1, sigma_2`` for ``S`` restarts (:func:`~jaxfl.accounting.lowy_nonconvex.sigma_pl_svrg`).
+    Theorem E.2 calibrates ``sigma_1, sigma_2`` for ``S`` restarts
+    (:func:`~jaxfl.accounting.lowy_nonconvex.sigma_pl_svrg`).
     """
     alg = fedprox_svrg(loss_fn, step_size=step_size, batch_size=batch_size, epoch_length=epoch_length,
                        clip_norm=clip_norm, noise_multiplier=noise_multiplier,

@@ -125,7 +125,8 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
     checks.one_of("noise_on", noise_on, ("all", "shared"))
     checks.one_of("shared_gradient_at", shared_gradient_at, ("current", "initial"))
     if isinstance(client_opt, Mapping) and set(client_opt) != {"shared", "private"}:
-        raise ValueError(f"a client_opt mapping needs exactly the keys 'shared' and 'private', got {sorted(client_opt)}")
+        raise ValueError("a client_opt mapping needs exactly the keys 'shared' and 'private', "
+                         f"got {sorted(client_opt)}")
     shared_z, silo_z = per_silo_noise(noise_multiplier)
     part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
     stated = private and (noise_on == "all" or shared_gradient_at == "initial")

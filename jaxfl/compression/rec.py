@@ -154,11 +154,13 @@ def _block_scores(key: jnp.ndarray, mu: jnp.ndarray, rows: int) -> jnp.ndarray:
     def tile_scores(first_pair, mu_tile):
         """Scores of one even-length tile starting at pair ``first_pair``."""
         pairs = mu_tile.reshape(-1, 2)
-        even, odd = normal.normal_pairs(key, row_ids, (first_pair + jnp.arange(pairs.shape[0], dtype=jnp.uint32))[None, :])
+        even, odd = normal.normal_pairs(key, row_ids,
+                                        (first_pair + jnp.arange(pairs.shape[0], dtype=jnp.uint32))[None, :])
         return jnp.sum(even * pairs[None, :, 0] + odd * pairs[None, :, 1], axis=1)
 
     def body(acc, t):
-        return acc + tile_scores((t * (tile // 2)).astype(jnp.uint32), lax.dynamic_slice(mu, (t * tile,), (tile,))), None
+        return acc + tile_scores((t * (tile // 2)).astype(jnp.uint32),
+                                 lax.dynamic_slice(mu, (t * tile,), (tile,))), None
 
     scores = jnp.zeros(rows, jnp.float32)
     if full:

@@ -6,5 +6,5 @@ from jaxfl.engine.rounds import RoundContext, make_round, weighted_sum
 from jaxfl.engine.sweep import SweepResult, grid_points, sweep
 
 __all__ = ["participation", "sharding", "TrainResult", "make_ledger", "run_rounds", "train", "FederatedAlgorithm",
-           "PerRound", "RoundPrivacy", "ServerState", "SiloState", "initial_state", "RoundContext", "make_round", "weighted_sum", "SweepResult",
-           "grid_points", "sweep"]
+           "PerRound", "RoundPrivacy", "ServerState", "SiloState", "initial_state", "RoundContext", "make_round",
+           "weighted_sum", "SweepResult", "grid_points", "sweep"]

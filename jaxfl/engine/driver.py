@@ -184,7 +184,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
         checked = data._replace(counts=sharding.to_host(data.counts))  # gathered if data spans several processes
     checks.federated_data(checked)  # shapes, dtypes and finiteness, once on the host before anything compiles
     counts_host = np.asarray(checked.counts)
-    ledger = make_ledger(algorithm, counts_host, accountant) if (target_epsilon is not None or delta is not None) else None
+    ledger = (make_ledger(algorithm, counts_host, accountant)
+              if (target_epsilon is not None or delta is not None) else None)
     _check_budget_args(target_epsilon, delta, ledger)
     if ledger is not None and np.ndim(delta) > 0:
         delta = np.asarray(delta, float)
@@ -249,7 +250,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                 if on_record is not None:
                     on_record(record)
                 bar.update(n)
-                if target_epsilon is not None and r < rounds and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0:
+                if (target_epsilon is not None and r < rounds
+                        and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0):
                     stop_reason = "budget"
                     break
     finally:

@@ -135,7 +135,8 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
 
     def round_fn(state, data: FederatedData, round_key, inputs=None):
         if scheduled and inputs is None:
-            raise ValueError("this round is scheduled: call it with the round's inputs (FederatedAlgorithm.schedule[r])")
+            raise ValueError("this round is scheduled: call it with the round's inputs "
+                             "(FederatedAlgorithm.schedule[r])")
         server_state, silos = (state.server, state.silos) if silo_state else (state, None)
         drawn_with = round_key if participation_key is None else participation_key(server_state, round_key)
         weights = participation(drawn_with, data.counts)

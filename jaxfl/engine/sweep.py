@@ -65,8 +65,8 @@ def configurations(grid: dict[str, Sequence] | Sequence[dict]) -> list[dict]:
     return configs
 
 
-def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict], data: FederatedData, params, *, rounds: int,
-          seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
+def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict], data: FederatedData, params, *,
+          rounds: int, seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
           configs_per_batch: int | None = None, delta=None, accountant: str = "rdp",
           constants: dict | None = None, silo_models: bool = False, eval_every: int | None = None,
           evaluate_on: Callable[[Any], Any] | None = None) -> SweepResult:

@@ -193,7 +193,8 @@ STUDY = register(Study(
                              Column("eps local", "DP-REC", "metric:epsilon_local", fmt="{:.2f}"),
                              Column("eps DP-FedAvg (z, its T)", "DP-REC", "metric:epsilon_dpfedavg", fmt="{:.2f}"))),
         header="{panel}: DP-REC privacy accounting (Alg. 7) of the paper's Table 1 configurations",
-        notes=lambda doc: doc["config"]["stackoverflow"]["explanation"] + "\n\n" + traffic_table(doc["config"]["traffic"])),
+        notes=lambda doc: (doc["config"]["stackoverflow"]["explanation"] + "\n\n"
+                           + traffic_table(doc["config"]["traffic"]))),
     config={
         "paper": "Triastcyn, Reisser & Louizos, DP-REC: Private & Communication-Efficient Federated Learning "
                  "(seed 004), Table 1 / App. C.2 / Alg. 7",
@@ -216,7 +217,8 @@ def traffic_table(traffic: dict) -> str:
     """Table 1's "Comm." column from the protocol alone (:func:`jaxfl.experiments.dprec.paper_traffic`)."""
     lines = ["Communication of the paper's full settings (computed without training: DP-REC's clients drawn as its "
              "compiled rounds draw them, every message and history counted):", "",
-             "| setting | parameters | DP-REC GiB (paper) | DP-FedAvg GiB (paper) | compression |", "|---|---|---|---|---|"]
+             "| setting | parameters | DP-REC GiB (paper) | DP-FedAvg GiB (paper) | compression |",
+             "|---|---|---|---|---|"]
     for name, t in traffic.items():
         lines.append(f"| {name} | {t['num_params']:,} | {t['dp_rec_gib']['total']:.4g} "
                      f"({t['paper_gib']['dp_rec']}) | {t['dp_fedavg_gib']:.4g} ({t['paper_gib']['dp_fedavg']}) | "

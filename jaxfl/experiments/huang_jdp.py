@@ -256,8 +256,9 @@ def _describe(regime: Regime):
             eps_r, delta_r = record_level_target(row["epsilon"], DELTA, k, bound="paper")
             spent = epsilon_for(row["noise_multiplier"], s["rate"], s["rounds"] * s["local_steps"], delta_r)
             user = group_privacy(spent, delta_r, k, bound="paper")
-            privacy.update({"user_level": "group privacy (Lemma 3.6 as printed)", "record_level_target": [eps_r, delta_r],
-                            "record_level_epsilon": spent, "user_level_epsilon": user[0], "user_level_delta": user[1]})
+            privacy.update({"user_level": "group privacy (Lemma 3.6 as printed)",
+                            "record_level_target": [eps_r, delta_r], "record_level_epsilon": spent,
+                            "user_level_epsilon": user[0], "user_level_delta": user[1]})
         if regime.noise_on == "shared" and regime.at == "current":
             # The epsilon the paper's accounting gives this run (its calibration target); not a guarantee.
             privacy.update({"stated": False, "paper_accounting_epsilon": row["epsilon"],
@@ -724,7 +725,8 @@ NOISE = register(Study(
     families=tuple(Family(unit, label, _noise_row, _noise_programs(unit), runner="compute", accountant="rdp")
                    for unit, label in NOISE_LABELS.items()),
     panels=_panels(sorted(TABLE3)), select=Select(score=None), settings={"epsilons": (1.0,)},
-    report=Report(table=Table(columns=_noise_columns(NOISE_LABELS["iterations"]) + _noise_columns(NOISE_LABELS["epochs"])),
+    report=Report(table=Table(columns=_noise_columns(NOISE_LABELS["iterations"])
+                                      + _noise_columns(NOISE_LABELS["epochs"])),
                   header="huang-jdp/noise, {panel}: local DP-SGD at eps 1, clip 15, delta 1e-4, Poisson rate "
                          "min(1, 32 n / 10,000)"),
     config={"paper": PAPER, "clip": CLIP, "delta": DELTA, "batch": BATCH,

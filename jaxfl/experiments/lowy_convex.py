@@ -139,7 +139,8 @@ FAMILIES = (
 
 def _report(title: str, metric: str, bands: bool = True) -> Report:
     ylabel = {"misclassification": "test error (misclassification rate)", "relative RMSE": "relative test RMSE"}
-    bars = "error bars: 5th-95th percentiles over trials" if bands else "means over trials (no error bars, as the paper)"
+    bars = ("error bars: 5th-95th percentiles over trials" if bands
+            else "means over trials (no error bars, as the paper)")
     return Report(
         table=Table(columns=(Column(MB, MB), Column(LOCAL, LOCAL), Column("certified eps MB-SGD", MB, "certified"),
                              Column("certified eps Local SGD", LOCAL, "certified"),
@@ -195,7 +196,8 @@ MNIST = register(_study(
     params={"w": jnp.zeros(D.MNIST_PCA_DIM)},
     quick={"trials": 3, "reps": 2, "panels": (Panel("M = 25", (("silos_per_round", 25),)),),
            "configs_per_batch": None,
-           "settings": {"epsilons": (0.75, 3.0, 18.0), "rounds": 12, "batch_size": batch_experiment(MNIST_QUICK_N, 12, 18.0),
+           "settings": {"epsilons": (0.75, 3.0, 18.0), "rounds": 12,
+                        "batch_size": batch_experiment(MNIST_QUICK_N, 12, 18.0),
                         "mbsgd_steps": exp_grid(-6, 0, 4), "local_steps": exp_grid(-8, -1, 4),
                         "data_options": {"per_label": 100, "pca_fit_records": 3000}},
            "config": {"rounds": 12, "batch_size_K": batch_experiment(MNIST_QUICK_N, 12, 18.0),

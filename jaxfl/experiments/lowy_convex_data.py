@@ -188,8 +188,9 @@ def obesity_trial(trial: int, with_replacement: bool = False) -> TrialData:
     """Trial ``trial`` of the obesity experiment (see the module docstring).
 
     ``with_replacement=True`` balances the silos as the authors' scripts do: each class's training rows
-    resampled to ``n_min`` uniformly with replacement (the paper discards records instead). The silos are padded to a fixed ``max_records`` (the smallest class's total size, an upper
-    bound on every trial's balanced silo size) so that every trial has the same array shapes.
+    resampled to ``n_min`` uniformly with replacement (the paper discards records instead). The silos are
+    padded to a fixed ``max_records`` (the smallest class's total size, an upper bound on every trial's
+    balanced silo size) so that every trial has the same array shapes.
     """
     x, y = load_obesity()
     n = len(y)

@@ -135,8 +135,10 @@ REPORT = Report(
     table=Table(columns=(Column(SPIDER, SPIDER), Column("SPIDER variant(s)", SPIDER, "field:variant"),
                          Column(MB, MB), Column(LOCAL, LOCAL), Column("FedProx-SPIDER (Alg. 3)", ALG3),
                          Column("Alt Fed-SPIDER (Alg. 11)", ALG11),
-                         Column("SPIDER <= MB <= Local (means / bars)", value="ordered", algorithms=(SPIDER, MB, LOCAL)),
-                         Column("certified eps SPIDER", SPIDER, "certified"), Column("certified eps MB", MB, "certified"),
+                         Column("SPIDER <= MB <= Local (means / bars)", value="ordered",
+                                algorithms=(SPIDER, MB, LOCAL)),
+                         Column("certified eps SPIDER", SPIDER, "certified"),
+                         Column("certified eps MB", MB, "certified"),
                          Column("certified eps Local", LOCAL, "certified")),
                 metric_name="misclassification", references=(NP_MB, NP_LOCAL),
                 paired=(("SPIDER - MB-SGD", SPIDER, MB), ("MB-SGD - Local SGD", MB, LOCAL),
@@ -188,7 +190,8 @@ def _study(name, description, *, title, settings, panels, trials, reps, seed_bas
         seed=lambda trial, panel, rep: seed_base + 1000 * trial + 100_000 * panel + rep, settings=settings,
         config={"paper": PAPER, "dataset_title": title, "epsilons": list(settings["epsilons"]),
                 "metric": "misclassification", "delta": "1/n_i^2 per silo (calibration at n = min n_i)",
-                "noise": "digest §4.6/§4.8/§4.9 (paper App. H / authors' code): MB-SGD 8 L^2 R ln(2/delta)/(n^2 eps^2); "
+                "noise": "digest §4.6/§4.8/§4.9 (paper App. H / authors' code): "
+                         "MB-SGD 8 L^2 R ln(2/delta)/(n^2 eps^2); "
                          "Local SGD K x that per step; FedProx-SPIDER 16 L^2 ln(1/delta) max(R/q,1)/(eps^2 n^2) and "
                          "64 L^2 R ln(1/delta)/(eps^2 n^2) (sigma_2 = inf); Alt Fed-SPIDER 8 / 32 L^2 R ln(2/delta)/"
                          "(n^2 eps^2); L = the clip threshold C (per example, global L2 norm)",

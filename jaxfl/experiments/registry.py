@@ -26,18 +26,27 @@ _EXPERIMENT_MODULES = ["jaxfl.experiments.demo", "jaxfl.experiments.lowy_convex"
                        "jaxfl.experiments.dprec", "jaxfl.experiments.huang_jdp", "jaxfl.experiments.vandijk_async"]
 
 BENCHMARKS: dict[str, str] = {
-    "engine_vs_loop": "jaxfl engine vs NumPy vectorized over silos and minibatch (and the silo loop), seed 000 MNIST shape",
-    "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs NumPy silo-vectorised and looped (and the authors' loop)",
-    "lowy_nonconvex_grid": "seed 002's MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs one run at a time",
+    "engine_vs_loop": "jaxfl engine vs NumPy vectorized over silos and minibatch "
+                      "(and the silo loop), seed 000 MNIST shape",
+    "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs NumPy "
+                        "silo-vectorised and looped (and the authors' loop)",
+    "lowy_nonconvex_grid": "seed 002's MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs "
+                           "one run at a time",
     "rec_kernel": "DP-REC's fused REC encoder vs bare jax.random.normal and a materializing encoder (time, memory)",
     "scaling": "round time against silos (8..4096), model size and forced host devices (equal results); PNG plot",
     "noise_rate": "Gaussian noise draws: normals/s of JAX's key implementations vs NumPy, beside the write bandwidth",
-    "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, clients vmapped vs one at a time; PyTorch baseline",
-    "conv_layers": "each conv layer's training pass (forward, kernel and input gradients) vs PyTorch, per example and batched, with candidate forms",
-    "clipping_vs_opacus": "DP-SGD step samples/s: jaxfl per-example clipping (vmap, ghost) vs Opacus hooks and ghost clipping",
-    "pinned_runs": "a study's independent runs one per core (pinned) vs one after the other on all cores: rounds/s of dprec/mnist",
-    "async_clients": "seed 003's asynchronous protocol with 16..4096 simulated clients: compiled slices vs NumPy on the same timeline",
-    "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine (no timing)",
+    "local_training": "conv-model local training on CPU: lax vs loop-friendly convolution, "
+                      "clients vmapped vs one at a time; PyTorch baseline",
+    "conv_layers": "each conv layer's training pass (forward, kernel and input gradients) vs PyTorch, "
+                   "per example and batched, with candidate forms",
+    "clipping_vs_opacus": "DP-SGD step samples/s: jaxfl per-example clipping (vmap, ghost) vs Opacus hooks and "
+                          "ghost clipping",
+    "pinned_runs": "a study's independent runs one per core (pinned) vs one after the other on all cores: "
+                   "rounds/s of dprec/mnist",
+    "async_clients": "seed 003's asynchronous protocol with 16..4096 simulated clients: compiled slices vs "
+                     "NumPy on the same timeline",
+    "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine "
+               "(no timing)",
 }
 
 

@@ -88,8 +88,9 @@ class Figure:
 class RoundsFigure:
     """Learning curves (``curves.png``): a metric against rounds from the runs' ``curve`` (programs with
     ``eval_every``), one subplot per panel, one line per curve's algorithm: the pointwise mean over its runs
-    (trials), with their min-max as a band (runs with more points are sampled at the shortest's count). ``x``: ``"round"`` (engine rounds), or a run's list column of
-    the same length as its curve (e.g. the server rounds completed at each point)."""
+    (trials), with their min-max as a band (runs with more points are sampled at the shortest's count).
+    ``x``: ``"round"`` (engine rounds), or a run's list column of the same length as its curve (e.g. the
+    server rounds completed at each point)."""
 
     curves: tuple
     title: str                         # format fields: {panel} and results.json's config
@@ -397,7 +398,8 @@ def paired_overview(doc: dict, report: Report) -> str:
     lines = [f"Over all {len(_panels(doc))} panel(s) x epsilons: verdicts of the paired differences above, and the "
              f"mean improvement (the second minus the first, so positive = the first is better) averaged over "
              f"the cells", "",
-             "| comparison | cells | lower | tie | higher | mean improvement (absolute) | mean improvement (relative) |",
+             "| comparison | cells | lower | tie | higher | mean improvement (absolute) "
+             "| mean improvement (relative) |",
              "|---|---|---|---|---|---|---|"]
     for title, a, b in t.paired:
         diffs = [paired_difference(doc, panel, eps, a, b, t.metric) for panel in _panels(doc)
@@ -538,8 +540,10 @@ def figure(doc: dict, layout: Figure, path) -> None:
             else:
                 ax.plot(eps, mean, label=curve.algorithm, **curve.style)
             if layout.certified_caption:
-                cert = ", ".join(f"{e:g}->{_fmt_eps(max(_num(r['privacy']['epsilon_spent']) for r in cells[(panel, curve.algorithm, e)]))}"
-                                 for e in eps)
+                cert = ", ".join(
+                    f"{e:g}->"
+                    f"{_fmt_eps(max(_num(r['privacy']['epsilon_spent']) for r in cells[(panel, curve.algorithm, e)]))}"
+                    for e in eps)
                 captions.append(f"{panel}, {curve.algorithm}: nominal -> certified eps {cert}")
         for curve in (c for c in layout.curves if c.line):
             records = cells.get((panel, curve.algorithm, None))
@@ -589,8 +593,8 @@ def rounds_figure(doc: dict, layout: RoundsFigure, path) -> None:
     if not panels:
         return
     cols = min(layout.columns, len(panels))
-    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(6.0 * cols, 4.3 * math.ceil(len(panels) / cols) + 0.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols,
+                             figsize=(6.0 * cols, 4.3 * math.ceil(len(panels) / cols) + 0.6), squeeze=False)
     for ax, panel in zip(axes.ravel(), panels):
         for curve in layout.curves:
             runs = [r for r in doc["runs"] if r.get("panel", "") == panel and r["algorithm"] == curve.algorithm

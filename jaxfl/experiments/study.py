@@ -353,8 +353,8 @@ def _select(study: Study, family: Family, panel: Panel, trial_index: int, trial:
                     else math.inf,
                     "wall_seconds": seconds / len(groups),
                     "infos": {k: np.asarray(v)[best] for k, v in out.infos.items()},
-                    **({} if out.history is None else {"curve": _curve(out.history, out.metrics, best, program.eval_every,
-                                                                 program.rounds)}),
+                    **({} if out.history is None
+                       else {"curve": _curve(out.history, out.metrics, best, program.eval_every, program.rounds)}),
                     "params": None if out.params is None else
                     jax.tree_util.tree_map(lambda a: np.asarray(a)[best], out.params)})
         if study.final is not None:

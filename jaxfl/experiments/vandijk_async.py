@@ -193,7 +193,8 @@ def _static(study, trial, problem, schedule, step_kind="constant", step_per="rou
             ("aggregation", study.settings.get("aggregation", "sum")),
             ("records", int(np.sum(np.asarray(trial.train.counts))))) + (
         # the client's sampling, named only when not the paper's (the stated variant): earlier parts stay valid
-        (("sampling", study["client_sampling"]),) if study.settings.get("client_sampling", "replacement") != "replacement"
+        (("sampling", study["client_sampling"]),)
+        if study.settings.get("client_sampling", "replacement") != "replacement"
         else ())
 
 
@@ -214,9 +215,9 @@ CURVE_POINTS = 40
 
 
 def _curve(static, columns: dict) -> dict:
-    """``Program`` keywords for a run evaluated at ~:data:`CURVE_POINTS` evenly spaced slices and its end: ``eval_every``
-    and ``columns`` with ``curve_server_rounds``, the rounds the server had completed (broadcast) when each
-    point was taken, the x axis of the paper's figures."""
+    """``Program`` keywords for a run evaluated at ~:data:`CURVE_POINTS` evenly spaced slices and its end:
+    ``eval_every`` and ``columns`` with ``curve_server_rounds``, the rounds the server had completed (broadcast)
+    when each point was taken, the x axis of the paper's figures."""
     s = dict(static)
     tl = _timeline(s["schedule"], s["clients"], s["timing_seed"], s["timing"])
     every = max(1, tl.num_slices // CURVE_POINTS)
@@ -328,8 +329,8 @@ DIMINISHING = {"iterations": 20_000, "constant_size": 200, "constant_rate": 0.00
                "increasing_slope": 100, "beta": {"strong": 0.001, "plain": 0.01, "nonconvex": 0.01}}
 """E.2.3 as the digest reads it (§9.7): 20,000 iterations over 5 clients; constant eta 0.0025 with s = 200 per
 client (20 rounds); diminishing eta_t = 0.1 / (1 + 0.001 t) (strongly convex) or 0.1 / (1 + 0.01 sqrt t) (plain
-convex, and non-convex: Fig. 8), per iteration (diminishing1) or per round (diminishing2), with s_{i,c} = 100 i (9 rounds: the
-paper's slope is not given; this is the linear schedule its "9 rounds" fits)."""
+convex, and non-convex: Fig. 8), per iteration (diminishing1) or per round (diminishing2), with s_{i,c} = 100 i
+(9 rounds: the paper's slope is not given; this is the linear schedule its "9 rounds" fits)."""
 CONSTANT_LABEL = "constant eta 0.0025, s = 200"
 
 
@@ -523,10 +524,10 @@ def _sampling_programs(study: Study, panel: Panel, trial: Trial):
 
 def _sampling_notes(figure: str):
     def notes(doc: dict) -> str:
-        return _settings_table(doc, "method", f"{figure} layout: communication rounds to 20,000 iterations, and final "
-                               "test accuracy (mean ± std over trials), per sample-size method. The paper's claim: c = 1 "
-                               "and i / ln i need the fewest rounds at good accuracy. Last column: from the mean "
-                               "learning curve (server rounds completed, mean over trials).", reach="50 i^0")
+        return _settings_table(doc, "method", f"{figure} layout: communication rounds to 20,000 iterations, and "
+                               "final test accuracy (mean ± std over trials), per sample-size method. The paper's "
+                               "claim: c = 1 and i / ln i need the fewest rounds at good accuracy. Last column: from "
+                               "the mean learning curve (server rounds completed, mean over trials).", reach="50 i^0")
 
     return notes
 
@@ -616,10 +617,12 @@ BIASED_STUDIES = {
     "mnist01": register(_biased("vandijk-async/biased-mnist01", ("mnist01-strong", "mnist01-plain"), 2, ((0,), (1,)),
                                 10_000, lambda seed: init_linear(784), "Fig. 2, 10: logistic regression, MNIST 0 vs 1, "
                                 "2 clients, 10,000 iterations")),
-    "mnist": register(_biased("vandijk-async/biased-mnist", ("mnist-nonconvex",), 4, ((0, 1, 2), (3, 4, 5), (6, 7), (8, 9)),
+    "mnist": register(_biased("vandijk-async/biased-mnist", ("mnist-nonconvex",), 4,
+                              ((0, 1, 2), (3, 4, 5), (6, 7), (8, 9)),
                               20_000, lambda seed: nets.init_params(nets.classic_lenet5, jax.random.PRNGKey(seed),
                                                                     nets.IMAGE28_INPUT_SHAPE),
-                              "Fig. 11: LeNet-5, 4 clients with digits {0,1,2}, {3,4,5}, {6,7}, {8,9}, 20,000 iterations")),
+                              "Fig. 11: LeNet-5, 4 clients with digits {0,1,2}, {3,4,5}, {6,7}, {8,9}, "
+                              "20,000 iterations")),
 }
 
 

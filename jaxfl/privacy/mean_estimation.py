@@ -21,11 +21,11 @@ point lies within ``tau`` of all of them with probability ``1 - gamma`` (Def. B.
 4. **Rotate back** (post-processing).
 
 Privacy: two Gaussian mechanisms on replace-one neighbouring user sets (:func:`winsorized_mean_event`);
-:func:`calibrate_winsorized_mean` finds the one noise multiplier both use for a budget. Utility (Levy et al. Thm 3 / seed 001 Thm
-B.3): with probability ``1 - gamma - beta`` no concentrated value is clipped, the estimate is then the mean
-plus Gaussian noise of variance ``sigma_m^2 / r^2`` per coordinate, i.e. ``O(d tau^2 log(d r / gamma)
-log(1/delta) / (r^2 eps^2))`` in total, where ``beta`` is the chance that noise moves a centre to a bin
-without the mass (small when ``r >> sigma_h``).
+:func:`calibrate_winsorized_mean` finds the one noise multiplier both use for a budget. Utility (Levy et al.
+Thm 3 / seed 001 Thm B.3): with probability ``1 - gamma - beta`` no concentrated value is clipped, the
+estimate is then the mean plus Gaussian noise of variance ``sigma_m^2 / r^2`` per coordinate, i.e. ``O(d
+tau^2 log(d r / gamma) log(1/delta) / (r^2 eps^2))`` in total, where ``beta`` is the chance that noise moves
+a centre to a bin without the mass (small when ``r >> sigma_h``).
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ def test_r_and_theorem_d3_b_match_the_papers_example_3_digits():
                      (0.061482363524606794, 0.12734354695486969)):
         assert V.theorem_d3_constants(1, 1 / E, 8.0, gamma)[1] == pytest.approx(b, rel=1e-13)
     assert V.closed_form_b(1) == pytest.approx(0.5321797270231777, rel=1e-14)
-    assert V.closed_form_b(1) * 2 ** (2 / 3) == pytest.approx(0.8447826585127415, rel=1e-14)   # K^- coefficient at eps 2
+    # K^- coefficient at eps 2
+    assert V.closed_form_b(1) * 2 ** (2 / 3) == pytest.approx(0.8447826585127415, rel=1e-14)
     with pytest.raises(ValueError, match="u_0"):
         V.r_factor(1 / E, 1.0)
 

@@ -136,8 +136,8 @@ def test_tau_rule_keeps_t_delay_within_tau():
 @pytest.mark.slow
 def test_the_simulation_is_deterministic_for_a_seed(data):
     sizes = AS.per_client(AS.power(6, 1, 3, 5, start=0), N)
-    make = lambda seed: AT.simulate(sizes, AT.draw_timing(N, 5, seed=seed, speed_spread=0.6, mean_delay=3.0),  # noqa: E731
-                                    lookahead=1)
+    make = lambda seed: AT.simulate(  # noqa: E731
+        sizes, AT.draw_timing(N, 5, seed=seed, speed_spread=0.6, mean_delay=3.0), lookahead=1)
     one, two, other = make(7), make(7), make(8)
     for field in ("steps", "sends", "apply_client", "broadcast_after", "accept", "boundaries"):
         assert np.array_equal(getattr(one, field), getattr(two, field))

@@ -81,7 +81,8 @@ def test_noise_is_added_to_u_only():
     """One step, noise multiplier z, L = 1: the chosen owner's x is bitwise the noiseless run's, and u moves by
     exactly -eta z L b, b the unit noise of step_key(silo_key(round 0, j), 0, NOISE)."""
     data, root, eta, z = _data(), jax.random.key(9), 0.1, 2.0
-    run = lambda a: jax.jit(lambda s: run_rounds(a, s, data, root, 0, 1))(initial_state(a, _params(), 3))[0]  # noqa: E731
+    run = lambda a: jax.jit(lambda s: run_rounds(a, s, data, root, 0, 1))(  # noqa: E731
+        initial_state(a, _params(), 3))[0]
     kw = dict(shared=SHARED, learning_rate=eta, lipschitz=1.0)
     noisy, clean = run(ansgd(coupled, noise_multiplier=z, **kw)), run(ansgd(coupled, **kw))
     np.testing.assert_array_equal(noisy.silos.x["x"], clean.silos.x["x"])
@@ -122,7 +123,8 @@ def test_calibrations():
     t, eta = default_schedule(records_per_owner=m, owners=n, radius=2.0, lipschitz=1.5, shared_dim=10,
                               epsilon=eps, delta=delta)
     assert t == (m * n) ** 2
-    assert eta == pytest.approx(2.0 / (1.5 * t * math.sqrt(1 / (m * n) + 10 * math.log(1 / delta) / (eps * m * n) ** 2)))
+    assert eta == pytest.approx(2.0 / (1.5 * t * math.sqrt(1 / (m * n)
+                                                           + 10 * math.log(1 / delta) / (eps * m * n) ** 2)))
 
 
 @pytest.mark.slow  # ~4 s: second tier

@@ -48,7 +48,8 @@ def test_experiment_noise_and_batch_match_the_paper():
     assert cal.batch_size == 443  # K = int(1238 sqrt(18 / 140)), the authors' MNIST value
     assert cal.sigma == pytest.approx(math.sqrt(8 * 4 * math.log(n**2) * 35 / (n**2 * 1.5**2)), rel=1e-12)
     assert not cal.certified
-    loc = lowy_convex.calibrate_local_sgd(clip_norm=L, counts=[n], rounds=R, local_steps=443, epsilon=1.5, delta=1 / n**2)
+    loc = lowy_convex.calibrate_local_sgd(clip_norm=L, counts=[n], rounds=R, local_steps=443, epsilon=1.5,
+                                          delta=1 / n**2)
     assert loc.sigma == pytest.approx(math.sqrt(8 * 4 * 35 * 443 * math.log(n**2) / (n**2 * 1.5**2)), rel=1e-12)
     assert loc.noise_multiplier == pytest.approx(loc.sigma / L)
 
@@ -151,9 +152,10 @@ def test_accelerated_beats_mbsgd_on_a_strongly_convex_quadratic_at_equal_privacy
     p0 = {"w": jnp.zeros(dim)}
     v = lowy_convex.gradient_noise_std(dim=dim, sigma=z * clip / k, silos_per_round=4, batch_size=k, phi2=0.1)
     schedule = lowy_convex.multistage_schedule(rounds, smoothness=beta, mu=mu, noise_std=v, gap=excess(p0["w"]))
-    acc = lowy_convex.accelerated_minibatch_sgd(loss, schedule=schedule, batch_size=k, clip_norm=clip, noise_multiplier=z,
-                                         mu=mu, sampling="with_replacement")
-    mbsgd = lowy_convex.noisy_minibatch_sgd(loss, step_size=1.0 / beta, batch_size=k, clip_norm=clip, noise_multiplier=z)
+    acc = lowy_convex.accelerated_minibatch_sgd(loss, schedule=schedule, batch_size=k, clip_norm=clip,
+                                         noise_multiplier=z, mu=mu, sampling="with_replacement")
+    mbsgd = lowy_convex.noisy_minibatch_sgd(loss, step_size=1.0 / beta, batch_size=k, clip_norm=clip,
+                                            noise_multiplier=z)
     # equal privacy: the same per-round event on every silo, the same number of rounds
     assert acc.privacy(np.asarray(data.counts)) == mbsgd.privacy(np.asarray(data.counts))
     gaps = {"acc": [], "mb": []}
@@ -201,8 +203,9 @@ def test_one_pass_batches_are_disjoint_and_privacy_composes_in_parallel():
 
 def test_one_pass_calibration_is_certified_by_rdp():
     cal = lowy_convex.calibrate_one_pass(clip_norm=1.0, counts=[500], batch_size=25, epsilon=1.0, delta=1e-5)
-    alg = lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=lowy_convex.acsa_schedule(20, smoothness=1.0, noise_std=1.0,
-                                                                                    radius=1.0),
+    alg = lowy_convex.accelerated_minibatch_sgd(logistic_loss,
+                                         schedule=lowy_convex.acsa_schedule(20, smoothness=1.0, noise_std=1.0,
+                                                                            radius=1.0),
                                          batch_size=25, clip_norm=1.0, noise_multiplier=cal.noise_multiplier)
     p = alg.privacy(np.array([500]))
     ledger = SiloLedger(list(p.events), composition=p.composition, round_limit=p.round_limit,
@@ -224,9 +227,11 @@ def test_noisy_local_sgd_runs_and_states_per_step_privacy(small_data):
 
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="calibration"):
-        lowy_convex.calibrate_minibatch_sgd(clip_norm=1.0, counts=[10], rounds=2, epsilon=1.0, delta=1e-3, calibration="x")
+        lowy_convex.calibrate_minibatch_sgd(clip_norm=1.0, counts=[10], rounds=2, epsilon=1.0, delta=1e-3,
+                                            calibration="x")
     with pytest.raises(ValueError, match="sampling"):
-        lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=lowy_convex.acsa_schedule(3, smoothness=1, noise_std=0, radius=1),
+        lowy_convex.accelerated_minibatch_sgd(logistic_loss,
+                                       schedule=lowy_convex.acsa_schedule(3, smoothness=1, noise_std=0, radius=1),
                                        batch_size=2, clip_norm=1.0, sampling="poisson")
     with pytest.raises(ValueError, match="averaging"):
         lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=2, clip_norm=1.0, averaging="median")
@@ -270,8 +275,8 @@ def test_sdp_accelerated_without_noise_bits_matches_the_gaussian_free_run():
     data = from_silos(make_silos([60, 60, 60], seed=3))
     schedule = lowy_convex.acsa_schedule(5, smoothness=1.0, noise_std=0.1, radius=2.0)
     exact = lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=50.0)
-    sdp = lowy_convex.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(5), schedule=schedule, batch_size=10,
-                                             clip_norm=50.0,
+    sdp = lowy_convex.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(5), schedule=schedule,
+                                             batch_size=10, clip_norm=50.0,
                                              shuffle_params=ShuffleParams(2**20, 0, 0.25), silos_per_round=3)
     a = train(exact, data, init_linear(5), rounds=5, key=2, progress=False).state.params
     b = train(sdp, data, init_linear(5), rounds=5, key=2, progress=False).state.params
@@ -287,7 +292,8 @@ def test_sdp_accelerated_privacy_is_parallel_and_central():
     d, k, m = 6, 10, 3
     params = shuffle.pvec_parameters(2.0, 1e-6, num_users=m * k, dim=d)
     alg = lowy_convex.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(d - 1),  # 5 weights + bias = 6
-                                             schedule=lowy_convex.acsa_schedule(4, smoothness=1.0, noise_std=0.1, radius=1.0),
+                                             schedule=lowy_convex.acsa_schedule(4, smoothness=1.0, noise_std=0.1,
+                                                                                radius=1.0),
                                              batch_size=k, clip_norm=1.0, shuffle_params=params, silos_per_round=m)
     counts = np.array([40, 40, 40])
     central = make_ledger(alg, counts, "shuffle", central=True)

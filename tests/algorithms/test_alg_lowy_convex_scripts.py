@@ -65,7 +65,8 @@ def test_window_average_equals_the_mean_of_the_last_iterate_runs_with_noise_and_
     """With noise, silo sampling and random minibatches: the iterates of the ``averaging="last"`` run
     (same keys), averaged over the last min(r, 8) in numpy."""
     make = lambda avg, **kw: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=4, clip_norm=1.0,
-                                                             noise_multiplier=0.8, silos_per_round=3, averaging=avg, **kw)
+                                                             noise_multiplier=0.8, silos_per_round=3, averaging=avg,
+                                                             **kw)
     rounds = 11
     last = [np.asarray(s.params["w"]) for s in _rounds(make("last"), small_data, init_linear(5), rounds, key=3)]
     window = _rounds(make("window"), small_data, init_linear(5), rounds, key=3)

@@ -122,7 +122,8 @@ def test_noise_on_all_is_dp_sgd_on_the_whole_model():
     personal = personalized(loss, shared=LABELS, **kw)
     whole = local_sgd(loss, **kw)
     root = jax.random.key(5)
-    a = jax.jit(lambda s: run_rounds(personal, s, data, root, 0, 1))(initial_state(personal, init_mlp(), data.num_silos))[0]
+    a = jax.jit(lambda s: run_rounds(personal, s, data, root, 0, 1))(initial_state(personal, init_mlp(),
+                                                                                   data.num_silos))[0]
     b = jax.jit(lambda s: run_rounds(whole, s, data, root, 0, 1))(whole.init(init_mlp()))[0]
     for x, y in zip(_leaves(a.params["body"]), _leaves(b.params["body"])):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
@@ -161,7 +162,8 @@ def test_silo_params_merge_the_shared_model_with_each_private_part():
         np.testing.assert_array_equal(models["body"]["w"][j], state.params["body"]["w"])
         np.testing.assert_array_equal(models["head"]["b"][j], state.silos["head"]["b"][j])
     # label tree (prefix), full label tree and predicate give the same algorithm
-    full = jax.tree_util.tree_map_with_path(lambda path, _: "shared" if path[0].key == "body" else "private", init_mlp())
+    full = jax.tree_util.tree_map_with_path(lambda path, _: "shared" if path[0].key == "body" else "private",
+                                            init_mlp())
     for spec in (full, lambda path, leaf: path[0].key == "body"):
         other, _ = _run(personalized(loss, shared=spec, client_opt=optax.sgd(0.5), local_steps=2), data, 2)
         for x, y in zip(_leaves(other), _leaves(state)):

@@ -41,8 +41,9 @@ ALGORITHMS = [
     ("isrl noisy_minibatch_sgd", lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4,
                                                                   clip_norm=1.0, noise_multiplier=30.0),
      REPLACE, "lowy", None),
-    ("isrl noisy_local_sgd", lambda: lowy_convex.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=3, clip_norm=1.0,
-                                                          noise_multiplier=30.0), REPLACE, "lowy", None),
+    ("isrl noisy_local_sgd", lambda: lowy_convex.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=3,
+                                                          clip_norm=1.0, noise_multiplier=30.0),
+     REPLACE, "lowy", None),
     ("isrl accelerated one_pass", lambda: lowy_convex.accelerated_minibatch_sgd(
         logistic_loss, schedule=SCHEDULE, batch_size=10, clip_norm=1.0, noise_multiplier=4.0), REPLACE, "rdp", None),
     ("isrl accelerated erm", lambda: lowy_convex.accelerated_minibatch_sgd(

@@ -102,7 +102,8 @@ def test_noisy_gradient_draws_from_the_step_keys(small_data):
     x, y, count = small_data.x[2], small_data.y[2], small_data.counts[2]
     step = jnp.int32(4)
     batch = sampler(keys.step_key(silo_key, step, keys.Purpose.MINIBATCH), x, y, count)
-    expected = local.noisy_batch_gradient(logistic_loss, params, batch, keys.step_key(silo_key, step, keys.Purpose.NOISE),
+    expected = local.noisy_batch_gradient(logistic_loss, params, batch,
+                                          keys.step_key(silo_key, step, keys.Purpose.NOISE),
                                           clip_norm=0.5, noise_multiplier=1.3)
     drawn = local.step_draws(sampler, silo_key, count, x.shape[0], params, 1.3)(step)
     for given in (None, drawn):

@@ -157,8 +157,9 @@ def test_bitwise_identical_on_one_and_four_devices():
                           noise_multiplier=0.9),
                 dp_fedavg(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=5, client_rate=0.5,
                           clip_norm=0.3, noise_multiplier=1.0),
-                lowy_convex.accelerated_minibatch_sgd(logistic_loss, batch_size=2, clip_norm=1.0, noise_multiplier=0.7,
-                                               schedule=lowy_convex.acsa_schedule(6, smoothness=1.0, noise_std=0.5, radius=2.0))]
+                lowy_convex.accelerated_minibatch_sgd(
+                    logistic_loss, batch_size=2, clip_norm=1.0, noise_multiplier=0.7,
+                    schedule=lowy_convex.acsa_schedule(6, smoothness=1.0, noise_std=0.5, radius=2.0))]
         for alg in algs:
             outs = []
             for mesh in [None, sharding.silo_mesh(jax.devices()[:1]), sharding.silo_mesh(jax.devices())]:

@@ -23,7 +23,8 @@ def test_processing_participants_in_passes_equals_running_every_silo(per_pass):
     params = init_linear(5)
     outs = []
     for alg in (full, passes):
-        state, infos = jax.jit(lambda s, alg=alg: run_rounds(alg, s, data, jax.random.PRNGKey(3), 0, 4))(alg.init(params))
+        state, infos = jax.jit(lambda s, alg=alg: run_rounds(alg, s, data, jax.random.PRNGKey(3), 0, 4))(
+            alg.init(params))
         outs.append((state.params, infos))
     for a, b in zip(jax.tree_util.tree_leaves(outs[0][0]), jax.tree_util.tree_leaves(outs[1][0])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

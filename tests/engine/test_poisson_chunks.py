@@ -24,7 +24,8 @@ def test_chunked_poisson_gradient_equals_the_masked_one(chunk):
     for count in (40, 25, 0):
         kw = dict(clip_norm=0.5, noise_multiplier=1.2)
         a, info_a = jax.jit(lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 2, sampler=plain, **kw))(count)
-        b, info_b = jax.jit(lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 2, sampler=chunked, **kw))(count)
+        b, info_b = jax.jit(
+            lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 2, sampler=chunked, **kw))(count)
         for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
             np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(info_a["clipped_fraction"], info_b["clipped_fraction"], rtol=1e-6)

@@ -271,8 +271,8 @@ def test_dp_regimes_take_the_private_learning_rates_when_the_study_sets_them(tmp
 
 
 def test_dp_tuned_variants_read_the_rate_chosen_on_their_own_dataset(tmp_path, monkeypatch):
-    """Table 1 (both datasets), Table 2, Figure 1 and Table 4 have a dp-tuned variant: the DP regimes at the rate with the
-    lowest mean validation error in dp-learning-rate (MNIST) or its fashion-mnist variant, the others at the
+    """Table 1 (both datasets), Table 2, Figure 1 and Table 4 have a dp-tuned variant: the DP regimes at the rate with
+    the lowest mean validation error in dp-learning-rate (MNIST) or its fashion-mnist variant, the others at the
     no-DP tuning's; a missing result names the command that makes it."""
     import json
 
@@ -368,7 +368,8 @@ def test_dp_tuned_reuses_the_base_forms_parts_for_the_regimes_it_leaves_unchange
                                                                "metrics": {"test_error": 0.5}}]}))
     ran = []
     real = study_lib._sweep
-    monkeypatch.setattr(study_lib, "_sweep", lambda study, family, *a: ran.append(family.name) or real(study, family, *a))
+    monkeypatch.setattr(study_lib, "_sweep",
+                        lambda study, family, *a: ran.append(family.name) or real(study, family, *a))
     variant = base / "dp-tuned"
     assert main(["reproduce", "huang-jdp/table1-mnist", "--quick", "--variant", "dp-tuned", "--out", str(variant)]) == 0
     private = {"full_dp", "joint_dp", "joint_dp_stated"}

@@ -96,7 +96,8 @@ def test_dp_stated_variant_certifies_the_tight_epsilon(tmp_path):
     private = [r for r in doc["runs"] if r["epsilon"] is not None]
     assert private and all(r["privacy"]["stated"] is True for r in private)
     for r in private:
-        assert float(r["privacy"]["epsilon_spent"]) == pytest.approx(r["privacy"]["tight_epsilon_poisson_rdp"], rel=1e-9)
+        assert float(r["privacy"]["epsilon_spent"]) == pytest.approx(r["privacy"]["tight_epsilon_poisson_rdp"],
+                                                                     rel=1e-9)
 
 
 def test_rounds_of_the_sample_size_methods():

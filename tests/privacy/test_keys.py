@@ -26,7 +26,8 @@ def test_no_key_reused_across_round_silo_step_purpose():
 def test_derive_matches_chain_and_differs_by_each_coordinate():
     root = jax.random.key(5)
     k = keys.derive(root, round=3, silo=2, step=1, purpose=keys.Purpose.NOISE)
-    chain = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(root, 3), 2), 1), int(keys.Purpose.NOISE))
+    chain = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(root, 3), 2), 1),
+                               int(keys.Purpose.NOISE))
     np.testing.assert_array_equal(jax.random.key_data(k), jax.random.key_data(chain))
     for change in [dict(round=4), dict(silo=3), dict(step=2), dict(purpose=keys.Purpose.MINIBATCH)]:
         args = {**dict(round=3, silo=2, step=1, purpose=keys.Purpose.NOISE), **change}

@@ -20,7 +20,8 @@ def _problem(n=12, d=4, k=3, seed=0):
     rng = np.random.default_rng(seed)
     x = jnp.asarray(rng.standard_normal((n, d)), jnp.float32) * 3
     y = jnp.asarray(rng.integers(0, k, n))
-    params = {"w": jnp.asarray(rng.standard_normal((d, k)), jnp.float32), "b": jnp.asarray(rng.standard_normal(k), jnp.float32)}
+    params = {"w": jnp.asarray(rng.standard_normal((d, k)), jnp.float32),
+              "b": jnp.asarray(rng.standard_normal(k), jnp.float32)}
     return params, x, y
 
 
@@ -28,7 +29,8 @@ def test_per_example_grads_equal_batch_size_one_loop():
     params, x, y = _problem()
     batched = per_example_grads(softmax_loss, params, x, y)
     for j in range(x.shape[0]):
-        single = jax.grad(lambda p: jnp.mean(jax.vmap(softmax_loss, in_axes=(None, 0, 0))(p, x[j:j + 1], y[j:j + 1])))(params)
+        single = jax.grad(
+            lambda p: jnp.mean(jax.vmap(softmax_loss, in_axes=(None, 0, 0))(p, x[j:j + 1], y[j:j + 1])))(params)
         for name in params:
             np.testing.assert_allclose(batched[name][j], single[name], rtol=1e-5, atol=1e-6)
 
