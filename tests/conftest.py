@@ -1,8 +1,54 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the test run's persistent compilation cache."""
+import hashlib
+import os
+import platform
+import shutil
+from pathlib import Path
+
+import jax
 import pytest
 
-from _helpers import make_silos
-from jaxfl.data.federated import from_silos
+COMPILATION_CACHE_ENV = "JAXFL_TEST_COMPILATION_CACHE"
+COMPILATION_CACHE_CAP_BYTES = 2 * 2**30
+
+
+def _cpu_flags() -> str:
+    """The instruction-set flags of the first CPU in ``/proc/cpuinfo`` ("" elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line for line in lines if line.startswith("flags")), "")
+
+
+def _use_compilation_cache() -> None:
+    """Keeps the XLA programs the tests compile in ``.pytest_cache/`` (pytest's own, git-ignored folder) and
+    reuses them in later runs: most of the fast tier's time is compilation, which a warm cache skips.
+    Results are unchanged: a cached executable is the compiled program itself. The folder is keyed by the
+    processor's instruction set and the JAX version (an executable compiled for another CPU may not run here)
+    and set through the environment, so the tests' subprocesses share it. JAX's size cap is left off: its
+    eviction scans the whole folder at every write (thousands of files here, so a cold run slowed); instead a folder
+    over ``COMPILATION_CACHE_CAP_BYTES`` is emptied when a run starts. Off with
+    ``JAXFL_TEST_COMPILATION_CACHE=0``, or when the caller has set ``JAX_COMPILATION_CACHE_DIR`` (then that
+    folder is used as configured)."""
+    if os.environ.get(COMPILATION_CACHE_ENV, "1") == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    machine = f"{platform.machine()} {_cpu_flags()} jax {jax.__version__}"
+    folder = Path(__file__).resolve().parents[1] / ".pytest_cache" / (
+        "jax-" + hashlib.sha256(machine.encode()).hexdigest()[:16])
+    if "PYTEST_XDIST_WORKER" not in os.environ and folder.is_dir() and sum(
+            f.stat().st_size for f in folder.iterdir()) > COMPILATION_CACHE_CAP_BYTES:
+        shutil.rmtree(folder, ignore_errors=True)   # the controller, before any worker starts
+    settings = {"jax_compilation_cache_dir": str(folder), "jax_persistent_cache_min_compile_time_secs": 0.0}
+    os.environ.update({name.upper(): str(value) for name, value in settings.items()})
+    for name, value in settings.items():  # this process has imported JAX already: its config, too
+        jax.config.update(name, value)
+
+
+_use_compilation_cache()  # before anything compiles (the cache is set up at the first compilation)
+
+from _helpers import make_silos  # noqa: E402
+from jaxfl.data.federated import from_silos  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
