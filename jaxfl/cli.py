@@ -96,6 +96,7 @@ def _cmd_reproduce(args) -> int:
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
     share = None if args.worker is None else _worker_share(args.worker, out)
+    registry.check_keeps_results(experiment.study.form_of(args.quick, args.variant, args.panel), out)
     if share is not None:
         experiment.run(args.quick, out, args.variant, args.panel, share)
         return 0

@@ -28,6 +28,24 @@ def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     assert len(err) == 1 and err[0].startswith("jaxfl: error:") and needle in err[0]
 
 
+@pytest.mark.parametrize("held, args, needle", [
+    ({"config": {"form": "quick", "panels": ["n = 4", "n = 16"]}}, ["--panel", "n = 16"], "panel(s) n = 4"),
+    ({"config": {"form": "full", "panels": ["n = 4", "n = 16"]}}, [], "'full' form"),
+    ({"experiment": "huang-jdp/table4", "config": {"form": "quick", "panels": []}}, [], "'huang-jdp/table4'"),
+])
+def test_a_run_that_would_replace_other_results_stops_before_running(tmp_path, capsys, held, args, needle):
+    """A results.json holding another study, another form, or panels the run leaves out is kept: the run
+    stops with one line naming what it holds, before anything runs (no parts written)."""
+    doc = {"experiment": "huang-jdp/tuning-mnist", **held}
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    argv = ["reproduce", "huang-jdp/tuning-mnist", "--quick", "--out", str(tmp_path), *args]
+    assert main(argv) == 2 and main([*argv, "--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("jaxfl: error:") and needle in line for line in err)
+    assert json.loads((tmp_path / "results.json").read_text()) == doc
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
 @pytest.mark.slow
 def test_process_level_error_has_no_traceback():
     code, out, err = _run("account", "--noise-multiplier", "1.0", "--steps", "5", "--delta", "0")

@@ -71,6 +71,7 @@ def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print
     from jaxfl.experiments import report, study as study_lib
 
     form = study.form_of(quick, variant, panels)
+    check_keeps_results(form, out_dir)
     if share is not None:
         prefix = f"[worker {share.index + 1}/{share.count}] "
         study_lib.run(form, Path(out_dir), lambda line: log(prefix + line), share)
@@ -84,6 +85,33 @@ def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print
                "parts" if outcome.parts_reused else "")
     log(f"wall time {outcome.seconds:.1f} s ({form.form} form{resumed})")
     return path
+
+
+def check_keeps_results(form, out_dir) -> None:
+    """Raises ``ValueError`` when running ``form`` (a study's form, :meth:`Study.form_of`) into ``out_dir``
+    would replace a ``results.json`` there that holds another study or form, or panels this run leaves out (a partial
+    ``--panel`` run writes its panels only). Re-running the same form over the same or more panels is allowed:
+    their stored parts are reused."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        return
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # not a results file jaxfl can read: nothing of ours to keep
+    config = doc.get("config", {})
+    if doc.get("experiment") not in (None, form.name):
+        raise ValueError(f"{path} holds {doc['experiment']!r}, which this run of {form.name!r} would replace: "
+                         "pass another --out")
+    if config.get("form") not in (None, form.form):
+        raise ValueError(f"{path} holds the {config['form']!r} form, which this run ({form.form!r} form) would "
+                         "replace: pass another --out")
+    dropped = [p for p in config.get("panels", []) if p not in {p.label for _, p in form.panels_run}]
+    if dropped:
+        raise ValueError(f"{path} holds panel(s) {', '.join(dropped)}, which this run would drop: add --panel for "
+                         "each (their stored parts are reused) or pass another --out")
 
 
 def experiments() -> dict[str, Experiment]:

@@ -113,6 +113,10 @@ def test_a_partial_run_stores_the_full_runs_parts(quick_results, monkeypatch, tm
     again = json.loads((tmp_path / "results.json").read_text())
     assert len(ran) == 2 and again["config"]["parts_reused"] == 2 and "partial" not in again["config"]
     assert strip(again["runs"]) == strip(full["runs"])
+    # A partial run over it now would drop n = 4's results: refused, the file kept
+    assert main(["reproduce", "huang-jdp/tuning-mnist", "--quick", "--panel", "n = 16", "--out", str(tmp_path)]) == 2
+    assert "panel(s) n = 4, which this run would drop" in capsys.readouterr().err
+    assert json.loads((tmp_path / "results.json").read_text()) == again
 
 
 @pytest.mark.slow
