@@ -108,7 +108,8 @@ def check_keeps_results(form, out_dir) -> None:
     if config.get("form") not in (None, form.form):
         raise ValueError(f"{path} holds the {config['form']!r} form, which this run ({form.form!r} form) would "
                          "replace: pass another --out")
-    dropped = [p for p in config.get("panels", []) if p not in {p.label for _, p in form.panels_run}]
+    running = {panel.label for _, panel in form.panels_run}
+    dropped = [label for label in config.get("panels", []) if label not in running]
     if dropped:
         raise ValueError(f"{path} holds panel(s) {', '.join(dropped)}, which this run would drop: add --panel for "
                          "each (their stored parts are reused) or pass another --out")
