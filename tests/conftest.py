@@ -12,15 +12,6 @@ COMPILATION_CACHE_ENV = "JAXFL_TEST_COMPILATION_CACHE"
 COMPILATION_CACHE_CAP_BYTES = 2 * 2**30
 
 
-def _cpu_flags() -> str:
-    """The instruction-set flags of the first CPU in ``/proc/cpuinfo`` ("" elsewhere)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line for line in lines if line.startswith("flags")), "")
-
-
 def _use_compilation_cache() -> None:
     """Keeps the XLA programs the tests compile in ``.pytest_cache/`` (pytest's own, git-ignored folder) and
     reuses them in later runs: most of the fast tier's time is compilation, which a warm cache skips.
@@ -33,7 +24,9 @@ def _use_compilation_cache() -> None:
     folder is used as configured)."""
     if os.environ.get(COMPILATION_CACHE_ENV, "1") == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return
-    machine = f"{platform.machine()} {_cpu_flags()} jax {jax.__version__}"
+    from jaxfl.experiments.report import cpu_flags
+
+    machine = f"{platform.machine()} {cpu_flags()} jax {jax.__version__}"
     folder = Path(__file__).resolve().parents[1] / ".pytest_cache" / (
         "jax-" + hashlib.sha256(machine.encode()).hexdigest()[:16])
     if "PYTEST_XDIST_WORKER" not in os.environ and folder.is_dir() and sum(

@@ -123,17 +123,25 @@ class Report:
 # results.json
 
 
-def cpu_model() -> str:
-    """The processor's name: ``lscpu``'s ``Model name`` (Linux), else ``platform``'s name for it, else the
-    architecture. Benchmarks compare within one JSON; this says which machine made it."""
+def _lscpu(field: str) -> str | None:
+    """The value of ``lscpu``'s line ``field:`` (Linux), or None where lscpu or the line is missing."""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        out = ""
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+        return None
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith(field + ":")), None)
+
+
+def cpu_model() -> str:
+    """The processor's name: ``lscpu``'s ``Model name`` (Linux), else ``platform``'s name for it, else the
+    architecture. Benchmarks compare within one JSON; this says which machine made it."""
+    return _lscpu("Model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> str:
+    """The processor's instruction-set flags (``lscpu``'s ``Flags``; "" where not available): what code compiled
+    for this CPU may use."""
+    return _lscpu("Flags") or ""
 
 
 def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
