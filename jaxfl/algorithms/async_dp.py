@@ -125,7 +125,7 @@ class _Client(NamedTuple):
             j, model, partial = carry
             h = start + j
             draw = keys.step_key(client_key, h, keys.Purpose.MINIBATCH)
-            idx = jax.random.randint(draw, (), 0, jnp.maximum(count, 1))
+            idx = uniform.randint(draw, (), 0, jnp.maximum(count, 1))
             g = jax.grad(self.loss_fn)(model, x[idx], y[idx])
             if not math.isinf(self.clip_norm):
                 norm = jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in jax.tree_util.tree_leaves(g)))

@@ -59,7 +59,7 @@ from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
-from jaxfl.privacy import shuffle
+from jaxfl.privacy import shuffle, uniform
 from jaxfl.privacy.clipping import clip_by_global_norm, clipped_grad_sum, per_example_grads
 from jaxfl.privacy.microbatch import check_microbatch
 from jaxfl.privacy.noise import gaussian_like, noisy_clipped_mean
@@ -286,7 +286,7 @@ def _variance_reduced(*, kind: str, period, mechanism: _Mechanism, step_size, pr
         position = r % restart_length if restart_length else r
         if output == "uniform":  # reservoir sampling: w_{r+1} replaces the kept iterate w.p. 1/(position+1)
             key = keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=0, purpose=keys_lib.Purpose.AUX)
-            keep_new = jax.random.uniform(key) * (position + 1).astype(jnp.float32) < 1.0
+            keep_new = uniform.uniform(key) * (position + 1).astype(jnp.float32) < 1.0
             out = _select(keep_new, params, state.output)
         else:
             out = params

@@ -20,6 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import normal
 
 
@@ -31,7 +32,7 @@ def seed_key(seed) -> jax.Array:
 
 def block_key(seed, block) -> jnp.ndarray:
     """``uint32[2]`` raw key of block ``block`` (int, may be traced) of seed ``seed``'s codebook."""
-    return jax.random.key_data(jax.random.fold_in(seed_key(seed), block))
+    return jax.random.key_data(keys_lib.fold_in(seed_key(seed), block))
 
 
 def codebook_row(key: jnp.ndarray, row, size: int) -> jnp.ndarray:

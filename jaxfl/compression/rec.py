@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 from jaxfl.compression import codebook as cb
+from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import normal
 
 #: Codebook entries generated per tile of the fused kernel (K x tile). Small enough that the kernel's
@@ -229,7 +230,7 @@ def encode(flat, seed, private_key: jax.Array, layout: BlockLayout, sigma) -> jn
     for size, bits, ids in layout.classes():
         logits = _class_logits(flat, seed, layout, sigma, size, bits, ids)
         block_ids = jnp.asarray(ids, jnp.int32)
-        gumbel = jax.vmap(lambda m: jax.random.gumbel(jax.random.fold_in(private_key, m), (2**bits,)))(block_ids)
+        gumbel = jax.vmap(lambda m: jax.random.gumbel(keys_lib.fold_in(private_key, m), (2**bits,)))(block_ids)
         indices = indices.at[block_ids].set(jnp.argmax(logits + gumbel, axis=1).astype(jnp.int32))
     return indices
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy import uniform as uniform_draws
 
 Participation = Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
 
@@ -18,7 +19,7 @@ Participation = Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
 def _silo_uniforms(round_key, num_silos):
     def draw(silo):
         k = keys_lib.step_key(keys_lib.silo_key(round_key, silo), 0, keys_lib.Purpose.PARTICIPATION)
-        return jax.random.uniform(k)
+        return uniform_draws.uniform(k)
 
     return jax.vmap(draw)(jnp.arange(num_silos))
 

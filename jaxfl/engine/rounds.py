@@ -286,7 +286,7 @@ def occurrences(silos: jnp.ndarray) -> jnp.ndarray:
 
 def slot_key(round_key, silo, occurrence) -> jax.Array:
     """Key of a silo's ``occurrence``-th slot in a round: ``fold_in(silo_key(round, silo), occurrence)``."""
-    return jax.random.fold_in(keys_lib.silo_key(round_key, silo), occurrence)
+    return keys_lib.fold_in(keys_lib.silo_key(round_key, silo), occurrence)
 
 
 def make_slot_round(client_fn: ClientFn, server_fn: ServerFn, slots, *,

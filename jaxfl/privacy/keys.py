@@ -9,13 +9,21 @@ so a draw is a function of *what* it is for, never of the device a silo runs on 
 position in a sampled subset. Server-side draws (silo sampling, central noise) use the silo id
 :data:`SERVER`. Consequences checked by the tests: results are bitwise identical on 1 or many
 devices, and a resumed run equals an unbroken one.
+
+:func:`fold_in` is ``jax.random.fold_in`` bitwise. For threefry keys it hashes with the fused
+:func:`jaxfl.privacy.normal.threefry2x32` rather than JAX's ``threefry2x32`` primitive, whose CPU lowering
+runs the 20 rounds as a rolled loop of small kernels: a round derives a handful of keys, and on a 2-core
+CPU those loops cost as much as the rest of a small model's round (``bench/engine_vs_loop.py``).
 """
 from __future__ import annotations
 
 import enum
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+
+from jaxfl.privacy.normal import is_threefry, raw_key_data, threefry2x32
 
 SERVER = 2**31 - 1
 """Silo id used for draws made by the server rather than by a silo."""
@@ -33,19 +41,36 @@ class Purpose(enum.IntEnum):
     AUX = 6  # anything else an algorithm needs (document it where used)
 
 
+def fold_in(key: jax.Array, data) -> jax.Array:
+    """``jax.random.fold_in(key, data)``, bitwise: a new key of ``key``'s kind (typed, or raw ``uint32[2]``).
+
+    For a threefry key the new key's words are ``threefry2x32(key_data, (0, uint32(data)))``, what JAX's
+    ``threefry_fold_in`` computes, with the rounds as fused ``jax.numpy`` integer ops (see the module doc);
+    other key implementations and batched keys go to ``jax.random.fold_in``. ``data``: an integer scalar
+    (Python, NumPy or traced), taken modulo 2**32 as JAX does."""
+    if not is_threefry(key) or np.ndim(data) != 0:
+        return jax.random.fold_in(key, data)
+    words = jnp.asarray(data, dtype=jnp.uint32)
+    w0, w1 = threefry2x32(jnp.asarray(raw_key_data(key), jnp.uint32), jnp.zeros_like(words), words)
+    new = jnp.stack([w0, w1])
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(new, impl=jax.random.key_impl(key))
+    return new
+
+
 def round_key(root: jax.Array, round_index) -> jax.Array:
     """Key of one round: ``fold_in(root, round)``. ``round_index`` may be traced."""
-    return jax.random.fold_in(root, round_index)
+    return fold_in(root, round_index)
 
 
 def silo_key(round_key_: jax.Array, silo) -> jax.Array:
     """Key of one silo within a round: ``fold_in(round_key, silo)``. Vmappable over ``silo``."""
-    return jax.random.fold_in(round_key_, silo)
+    return fold_in(round_key_, silo)
 
 
 def step_key(silo_key_: jax.Array, step, purpose: Purpose) -> jax.Array:
     """Key of one draw: ``fold_in(fold_in(silo_key, step), purpose)``."""
-    return jax.random.fold_in(jax.random.fold_in(silo_key_, step), purpose)
+    return fold_in(fold_in(silo_key_, step), purpose)
 
 
 def derive(root: jax.Array, *, round, silo, step, purpose: Purpose) -> jax.Array:

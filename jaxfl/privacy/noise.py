@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxfl.privacy.keys import fold_in
 from jaxfl.privacy.normal import standard_normal
 
 
@@ -16,7 +17,7 @@ def gaussian_like(key: jax.Array, tree, std):
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     noisy = [
-        std * standard_normal(jax.random.fold_in(key, i), jnp.shape(leaf), jnp.result_type(leaf))
+        std * standard_normal(fold_in(key, i), jnp.shape(leaf), jnp.result_type(leaf))
         for i, leaf in enumerate(leaves)
     ]
     return jax.tree_util.tree_unflatten(treedef, noisy)

@@ -73,6 +73,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from jaxfl import checks
+from jaxfl.privacy import keys as keys_lib
 
 _INT32_LIMIT = 2**31 - 1
 _FLOAT32_EXACT = 2**24
@@ -200,7 +201,7 @@ def randomize(key, vectors, mask, lipschitz, params: ShuffleParams, *, clip: boo
     w = _grid_values(x, lipschitz, g)
 
     def one_user(i, w_i):
-        k_round, k_noise = jax.random.split(jax.random.fold_in(key, i))
+        k_round, k_noise = jax.random.split(keys_lib.fold_in(key, i))
         low = jnp.floor(w_i)
         # Unbiased randomized rounding: P(r = floor(w) + 1) = w - floor(w).
         r = low + (jax.random.uniform(k_round, w_i.shape) < (w_i - low))

@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
+from hypothesis import given, settings, strategies as st
 
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data.federated import from_silos
@@ -49,6 +51,43 @@ def test_round_noise_is_the_addressed_draw():
         k = keys.derive(root, round=2, silo=i, step=0, purpose=keys.Purpose.NOISE)
         expected += np.asarray(gaussian_like(k, params, z * c)["w"]) / 4
     np.testing.assert_allclose(np.asarray(state.params["w"]), -expected / 3, rtol=1e-5, atol=1e-7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+def test_fold_in_is_jax_random_fold_in(word0, word1, data):
+    """The fused hash gives jax.random.fold_in's words for typed and raw keys, eagerly and traced."""
+    raw = jnp.asarray([word0, word1], jnp.uint32)
+    typed = jax.random.wrap_key_data(raw)
+    expected = np.asarray(jax.random.key_data(jax.random.fold_in(typed, np.uint32(data))))
+    np.testing.assert_array_equal(jax.random.key_data(keys.fold_in(typed, np.uint32(data))), expected)
+    np.testing.assert_array_equal(keys.fold_in(raw, np.uint32(data)), expected)
+    traced = jax.jit(lambda k, d: jax.random.key_data(keys.fold_in(k, d)))(typed, jnp.uint32(data))
+    np.testing.assert_array_equal(traced, expected)
+
+
+def test_fold_in_vmapped_and_for_every_data_kind():
+    root = jax.random.key(11)
+    data = jnp.arange(-40, 3000, dtype=jnp.int32)  # negative int32 wrap modulo 2**32, as in JAX
+    ours = jax.jit(jax.vmap(lambda d: jax.random.key_data(keys.fold_in(keys.fold_in(root, d), 3 * d))))(data)
+    jaxs = jax.vmap(lambda d: jax.random.key_data(jax.random.fold_in(jax.random.fold_in(root, d), 3 * d)))(data)
+    np.testing.assert_array_equal(ours, jaxs)
+    batch = jax.random.split(root, 50)
+    np.testing.assert_array_equal(jax.vmap(lambda k: jax.random.key_data(keys.fold_in(k, 7)))(batch),
+                                  jax.vmap(lambda k: jax.random.key_data(jax.random.fold_in(k, 7)))(batch))
+    for d in [0, 2**31 - 1, keys.SERVER, keys.Purpose.CODEC, np.int64(5), jnp.int32(-1), jnp.uint32(2**32 - 1)]:
+        np.testing.assert_array_equal(jax.random.key_data(keys.fold_in(root, d)),
+                                      jax.random.key_data(jax.random.fold_in(root, d)))
+    assert keys.fold_in(root, 1).dtype == root.dtype
+    assert keys.fold_in(jax.random.key_data(root), 1).dtype == jnp.uint32
+
+
+def test_fold_in_other_keys_go_to_jax_random():
+    philox = jax.random.key(3, impl="philox4x32")
+    np.testing.assert_array_equal(jax.random.key_data(keys.fold_in(philox, 9)),
+                                  jax.random.key_data(jax.random.fold_in(philox, 9)))
+    with pytest.raises(TypeError):
+        keys.fold_in(jax.random.key(0), jnp.arange(2))  # an array of data: JAX's own error
 
 
 def test_as_key_accepts_seed_raw_and_typed():
