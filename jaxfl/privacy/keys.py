@@ -47,7 +47,8 @@ def fold_in(key: jax.Array, data) -> jax.Array:
     For a threefry key the new key's words are ``threefry2x32(key_data, (0, uint32(data)))``, what JAX's
     ``threefry_fold_in`` computes, with the rounds as fused ``jax.numpy`` integer ops (see the module doc);
     other key implementations and batched keys go to ``jax.random.fold_in``. ``data``: an integer scalar
-    (Python, NumPy or traced), taken modulo 2**32 as JAX does."""
+    (Python, NumPy or traced), converted as JAX converts it (``jnp.asarray(data, uint32)``: int32 arrays wrap
+    modulo 2**32)."""
     if not is_threefry(key) or np.ndim(data) != 0:
         return jax.random.fold_in(key, data)
     words = jnp.asarray(data, dtype=jnp.uint32)
