@@ -52,7 +52,7 @@ def fold_in(key: jax.Array, data) -> jax.Array:
     if not is_threefry(key) or np.ndim(data) != 0:
         return jax.random.fold_in(key, data)
     words = jnp.asarray(data, dtype=jnp.uint32)
-    w0, w1 = threefry2x32(jnp.asarray(raw_key_data(key), jnp.uint32), jnp.zeros_like(words), words)
+    w0, w1 = threefry2x32(raw_key_data(key), jnp.zeros_like(words), words)  # is_threefry: uint32 words
     new = jnp.stack([w0, w1])
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jax.random.wrap_key_data(new, impl=jax.random.key_impl(key))
