@@ -65,6 +65,8 @@ def _run_workers(args, out: Path, workers: int) -> None:
     argv += ["--quick"] * bool(args.quick) + (["--variant", args.variant] if args.variant else [])
     for label in args.panel or ():
         argv += ["--panel", label]
+    if args.segment_rounds is not None:
+        argv += ["--segment-rounds", str(args.segment_rounds)]
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
     procs = []
     for i in range(workers):
@@ -92,13 +94,15 @@ def _cmd_reproduce(args) -> int:
 
     experiment = registry.get_experiment(args.name)
     workers = checks.positive_int("--workers", args.workers)
+    segment_rounds = None if args.segment_rounds is None else checks.positive_int("--segment-rounds",
+                                                                                    args.segment_rounds)
     # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
     share = None if args.worker is None else _worker_share(args.worker, out)
     registry.check_keeps_results(experiment.study.form_of(args.quick, args.variant, args.panel), out)
     if share is not None:
-        experiment.run(args.quick, out, args.variant, args.panel, share)
+        experiment.run(args.quick, out, args.variant, args.panel, share, segment_rounds=segment_rounds)
         return 0
     record = None
     if workers > 1:
@@ -106,7 +110,7 @@ def _cmd_reproduce(args) -> int:
         _run_workers(args, out, workers)
         record = {"count": workers, "wall_seconds": time.perf_counter() - start}
         print(f"{args.name}: the {workers} workers are done ({record['wall_seconds']:.0f} s); collecting their results")
-    path = experiment.run(args.quick, out, args.variant, args.panel, workers=record)
+    path = experiment.run(args.quick, out, args.variant, args.panel, workers=record, segment_rounds=segment_rounds)
     print(f"wrote {path}")
     return 0
 
@@ -157,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--workers", type=int, default=1,
                      help="run the study's grid programs and checkpointed runs in this many processes at once, each "
                           "pinned to its own core (Linux), then collect them (docs/performance.md, pinned_runs)")
+    rep.add_argument("--segment-rounds", type=int, default=None, metavar="K",
+                     help="run each grid program in segments of about K rounds, checkpointed under OUT/checkpoints "
+                          "after every segment, so that a program stopped mid-way resumes there (results equal up "
+                          "to float rounding; default: one program per part)")
     rep.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # I/N: one worker's share (internal)
     rep.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a worker's core (internal)
     rep.set_defaults(func=_cmd_reproduce)

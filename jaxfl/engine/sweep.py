@@ -13,11 +13,18 @@ program is cached per (``build``, grid names, rounds, ``evaluate``): a new trial
 shapes reuses it without recompiling (pass the same ``build`` and ``evaluate`` functions). Values of
 ``build`` that change with the data but are not grid axes (e.g. a noise multiplier calibrated to the
 trial's silo sizes) travel as ``constants``, arguments of the program too.
+
+A long sweep can run in segments of rounds and keep its progress in a file (``checkpoint=``): killed at any
+point, the same call resumes after the last finished segment.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
+import os
+import pickle
+from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -69,7 +76,8 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
           rounds: int, seeds: Sequence[int] = (0,), evaluate: Callable[..., dict] | None = None, eval_data: Any = None,
           configs_per_batch: int | None = None, delta=None, accountant: str = "rdp",
           constants: dict | None = None, silo_models: bool = False, eval_every: int | None = None,
-          evaluate_on: Callable[[Any], Any] | None = None) -> SweepResult:
+          evaluate_on: Callable[[Any], Any] | None = None, segment_rounds: int | None = None,
+          checkpoint: str | os.PathLike | None = None) -> SweepResult:
     """Runs ``build(**config)`` for every grid point and seed as vmapped, compiled programs.
 
     Args:
@@ -100,6 +108,15 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
       evaluate_on: ``state -> params``, the model ``evaluate`` receives (e.g.
         :func:`jaxfl.algorithms.async_dp.latest_broadcast`); default ``state.params`` (or, with
         ``silo_models``, every silo's own model). A module-level function: it keys the compiled program.
+      segment_rounds: run the rounds as compiled segments of this many rounds (a multiple of ``eval_every``),
+        the states brought to the host between segments: the same rounds, keys and steps as one program,
+        equal to it up to float rounding (other compiled programs). Default: one program, or with
+        ``checkpoint``, about a tenth of ``rounds`` (rounded up to a multiple of ``eval_every``).
+      checkpoint: a file for the sweep's progress, written atomically after every segment (a pickle of host
+        arrays: the finished config batches and the current one's states). A call with an existing
+        checkpoint of the same sweep (grid, seeds, rounds, segments, batches, and the bytes of data, params,
+        eval_data and constants) resumes after its last segment, giving what an uninterrupted call gives;
+        one of another sweep raises ValueError. Removed when the sweep returns.
     """
     checks.federated_data(data)
     if eval_every is not None:
@@ -118,15 +135,69 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
     constants = dict(constants or {})
     if evaluate_on is not None and silo_models:
         raise ValueError("give silo_models or evaluate_on, not both")
-    program = _program(build, names, int(rounds), evaluate, eval_data is not None, bool(silo_models),
-                       None if eval_every is None else int(eval_every), evaluate_on)
+    key = (build, names, int(rounds), evaluate, eval_data is not None, bool(silo_models),
+           None if eval_every is None else int(eval_every), evaluate_on)
     traced = jax.tree_util.tree_map(jnp.asarray, constants)
-    params_out, infos, metrics, history = run_batched(program, table, seeds, configs_per_batch, data, params,
-                                                      eval_data, traced)
+    segment = _segment_length(int(rounds), eval_every, segment_rounds, checkpoint is not None)
+    if segment is None:
+        params_out, infos, metrics, history = run_batched(_program(*key), table, seeds, configs_per_batch, data,
+                                                          params, eval_data, traced)
+    else:
+        fingerprint = _fingerprint(key, configs, seeds, segment, configs_per_batch, (data, params, eval_data, constants))
+        params_out, infos, metrics, history = _run_segmented(
+            _segment_programs(*key), segment, table, seeds, configs_per_batch, (data, params, eval_data, traced),
+            None if checkpoint is None else Path(checkpoint), fingerprint)
     epsilons = None if delta is None else _account(build, configs, np.asarray(data.counts), int(rounds), delta,
                                                    accountant, constants)
     return SweepResult(configs, seeds, params_out, infos, metrics, epsilons,
                        None if eval_every is None else history)
+
+
+def _algorithm(build, names: tuple, rounds: int, hp, constants):
+    algorithm = build(**{n: hp[n] for n in names}, **constants)
+    check_schedule(algorithm, rounds)
+    return algorithm
+
+
+def _measure_fn(algorithm, data, eval_data, evaluate, with_eval_data: bool, silo_models: bool, evaluate_on):
+    """``state -> evaluate(the state's models)`` (see :func:`sweep`'s ``silo_models`` / ``evaluate_on``)."""
+
+    def measure(state):
+        models = (evaluate_on(state) if evaluate_on is not None else
+                  silo_models_of(algorithm, state, data.num_silos) if silo_models else state.params)
+        return evaluate(models, eval_data) if with_eval_data else evaluate(models)
+
+    return measure
+
+
+def _advance(algorithm, state, data, key, start, num_rounds: int, eval_every: int | None, measure):
+    """Rounds ``start .. start + num_rounds - 1``: ``(state, infos, history)``, infos stacked over the rounds;
+    with ``eval_every``, ``history`` holds ``measure`` after every ``eval_every`` rounds from ``start`` (the
+    rounds running as a scan of ``eval_every``-round scans, then the remainder), else ``{}``."""
+    if eval_every is None:
+        state, infos = run_rounds(algorithm, state, data, key, start, num_rounds)
+        return state, infos, {}
+    points, rest = divmod(num_rounds, eval_every)
+
+    def block(state, b):
+        state, block_infos = run_rounds(algorithm, state, data, key, start + b * eval_every, eval_every)
+        return state, (block_infos, measure(state))
+
+    state, (infos, history) = jax.lax.scan(block, state, jnp.arange(points))
+    infos = jax.tree_util.tree_map(lambda a: a.reshape((points * eval_every,) + a.shape[2:]), infos)
+    if rest:
+        state, last = run_rounds(algorithm, state, data, key, start + points * eval_every, rest)
+        infos = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, last)
+    return state, infos, history
+
+
+def _over_grid(fn, num_args: int, per_run: tuple = ()):
+    """``fn(hp, seed, *rest)`` (``num_args`` positional arguments) vmapped over seeds and then over configs
+    (``hp``: the table, axis 0), jitted; arguments at the indices ``per_run`` carry leading axes
+    ``[configs, seeds]`` (states), the others are shared."""
+    seed_axes = tuple(0 if i == 1 or i in per_run else None for i in range(num_args))
+    config_axes = tuple(0 if i == 0 or i in per_run else None for i in range(num_args))
+    return jax.jit(jax.vmap(jax.vmap(fn, in_axes=seed_axes), in_axes=config_axes))
 
 
 @functools.lru_cache(maxsize=64)
@@ -137,36 +208,132 @@ def _program(build, names: tuple, rounds: int, evaluate, with_eval_data: bool, s
     every later call with arguments of the same shapes."""
 
     def one(hp, seed, data, params, eval_data, constants):
-        algorithm = build(**{n: hp[n] for n in names}, **constants)
-        check_schedule(algorithm, rounds)
+        algorithm = _algorithm(build, names, rounds, hp, constants)
+        measure = _measure_fn(algorithm, data, eval_data, evaluate, with_eval_data, silo_models, evaluate_on)
         state = initial_state(algorithm, params, data.num_silos)
-        key = jax.random.key(seed)
-
-        def measure(state):
-            models = (evaluate_on(state) if evaluate_on is not None else
-                      silo_models_of(algorithm, state, data.num_silos) if silo_models else state.params)
-            return evaluate(models, eval_data) if with_eval_data else evaluate(models)
-
-        history = {}
-        if eval_every is None:
-            state, infos = run_rounds(algorithm, state, data, key, 0, rounds)
-        else:
-            points, rest = divmod(rounds, eval_every)
-
-            def block(state, b):
-                state, block_infos = run_rounds(algorithm, state, data, key, b * eval_every, eval_every)
-                return state, (block_infos, measure(state))
-
-            state, (infos, history) = jax.lax.scan(block, state, jnp.arange(points))
-            infos = jax.tree_util.tree_map(lambda a: a.reshape((points * eval_every,) + a.shape[2:]), infos)
-            if rest:
-                state, last = run_rounds(algorithm, state, data, key, points * eval_every, rest)
-                infos = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, last)
+        state, infos, history = _advance(algorithm, state, data, jax.random.key(seed), 0, rounds, eval_every,
+                                         measure)
         metrics = {} if evaluate is None else measure(state)
         return state.params, infos, metrics, history
 
-    over_seeds = jax.vmap(one, in_axes=(None, 0, None, None, None, None))
-    return jax.jit(jax.vmap(over_seeds, in_axes=(0, None, None, None, None, None)))
+    return _over_grid(one, 6)
+
+
+class _SegmentPrograms(NamedTuple):
+    """:func:`_program` cut into three jitted programs: ``start`` the initial states ``[configs, seeds, ...]``,
+    ``advance(length)`` ``length`` rounds from a traced first round, ``finish`` the final ``(params, metrics)``."""
+
+    rounds: int
+    start: Callable
+    advance: Callable
+    finish: Callable
+
+
+@functools.lru_cache(maxsize=64)
+def _segment_programs(build, names: tuple, rounds: int, evaluate, with_eval_data: bool, silo_models: bool,
+                      eval_every: int | None, evaluate_on) -> _SegmentPrograms:
+    """The segments' programs of a sweep key (cached, as :func:`_program`)."""
+    def measure_fn(algorithm, data, eval_data):
+        return _measure_fn(algorithm, data, eval_data, evaluate, with_eval_data, silo_models, evaluate_on)
+
+    def start(hp, seed, data, params, constants):
+        return initial_state(_algorithm(build, names, rounds, hp, constants), params, data.num_silos)
+
+    @functools.lru_cache(maxsize=4)
+    def advance(length: int):
+        def segment(hp, seed, data, state, first, eval_data, constants):
+            algorithm = _algorithm(build, names, rounds, hp, constants)
+            return _advance(algorithm, state, data, jax.random.key(seed), first, length, eval_every,
+                            measure_fn(algorithm, data, eval_data))
+
+        return _over_grid(segment, 7, per_run=(3,))
+
+    def finish(hp, seed, data, state, eval_data, constants):
+        algorithm = _algorithm(build, names, rounds, hp, constants)
+        return state.params, {} if evaluate is None else measure_fn(algorithm, data, eval_data)(state)
+
+    return _SegmentPrograms(rounds, _over_grid(start, 5), advance, _over_grid(finish, 6, per_run=(3,)))
+
+
+def _segment_length(rounds: int, eval_every, segment_rounds, checkpointed: bool) -> int | None:
+    """Rounds per segment (None: one program); ``segment_rounds`` checked."""
+    if segment_rounds is None:
+        if not checkpointed:
+            return None
+        step = 1 if eval_every is None else int(eval_every)
+        return -(-max(1, -(-rounds // 10)) // step) * step
+    checks.positive_int("segment_rounds", segment_rounds)
+    if eval_every is not None and segment_rounds % eval_every:
+        raise ValueError(f"segment_rounds={segment_rounds} must be a multiple of eval_every={eval_every}")
+    return int(segment_rounds)
+
+
+def _fingerprint(key: tuple, configs: list, seeds, segment: int, configs_per_batch, arrays) -> str:
+    """What a checkpoint must have been written by: the program's key, grid, seeds, segments, batches and a
+    hash of the arrays' shapes, dtypes and bytes."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(arrays):
+        a = np.ascontiguousarray(np.asarray(leaf))
+        digest.update(repr((a.shape, str(a.dtype))).encode())
+        digest.update(a.tobytes())
+    names = tuple(getattr(f, "__qualname__", repr(f)) if callable(f) else f for f in key)
+    return repr((names, [sorted((k, float(v)) for k, v in c.items()) for c in configs], [int(s) for s in seeds],
+                 segment, configs_per_batch, jax.__version__, digest.hexdigest()))
+
+
+def _run_segmented(programs: _SegmentPrograms, segment: int, table: dict, seeds, configs_per_batch,
+                   arrays: tuple, checkpoint: Path | None, fingerprint: str):
+    """:func:`run_batched` of the grid program, each config batch as segments of ``segment`` rounds, the
+    progress kept in ``checkpoint`` (see :func:`sweep`)."""
+    data, params, eval_data, constants = arrays
+    num = len(next(iter(table.values())))
+    batch = num if configs_per_batch is None else min(int(configs_per_batch), num)
+    progress = _read_checkpoint(checkpoint, fingerprint)
+    seeds = jnp.asarray(seeds)
+    for lo in range(len(progress["done"]) * batch, num, batch):
+        take = np.minimum(np.arange(lo, lo + batch), num - 1)
+        part = {n: v[take] for n, v in table.items()}
+        if progress["state"] is None:
+            progress.update(state=jax.device_get(programs.start(part, seeds, data, params, constants)),
+                            round=0, infos=[], history=[])
+        while progress["round"] < programs.rounds:
+            length = min(segment, programs.rounds - progress["round"])
+            state, infos, history = jax.device_get(programs.advance(length)(
+                part, seeds, data, progress["state"], progress["round"], eval_data, constants))
+            progress.update(state=state, round=progress["round"] + length, infos=progress["infos"] + [infos],
+                            history=progress["history"] + [history])
+            _write_checkpoint(checkpoint, progress)
+        final_params, metrics = jax.device_get(programs.finish(part, seeds, data, progress["state"], eval_data,
+                                                               constants))
+        joined = lambda chunks: jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=2), *chunks)
+        out = (final_params, joined(progress["infos"]), metrics, joined(progress["history"]))
+        progress.update(done=progress["done"] + [jax.tree_util.tree_map(lambda a: a[: min(batch, num - lo)], out)],
+                        state=None)
+        _write_checkpoint(checkpoint, progress)
+    out = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *progress["done"])
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
+    return out
+
+
+def _read_checkpoint(checkpoint: Path | None, fingerprint: str) -> dict:
+    fresh = {"fingerprint": fingerprint, "done": [], "state": None}
+    if checkpoint is None or not checkpoint.exists():
+        return fresh
+    stored = pickle.loads(checkpoint.read_bytes())
+    if stored.get("fingerprint") != fingerprint:
+        raise ValueError(f"checkpoint {checkpoint} belongs to another sweep (other grid, seeds, rounds, segments, "
+                         f"data or JAX version); remove it to start this one afresh")
+    return stored
+
+
+def _write_checkpoint(checkpoint: Path | None, progress: dict) -> None:
+    if checkpoint is None:
+        return
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    partial = checkpoint.with_name(checkpoint.name + ".tmp")
+    partial.write_bytes(pickle.dumps(progress))
+    partial.replace(checkpoint)  # atomic: the file holds the last finished segment or the one before
 
 
 def _account(build, configs: list, counts: np.ndarray, rounds: int, delta, accountant: str,

@@ -54,30 +54,32 @@ def register(study):
     """Registers ``study`` as experiment ``study.name`` (run by :func:`reproduce`); returns it."""
     EXPERIMENTS[study.name] = Experiment(
         study.name, study.description,
-        lambda quick, out_dir, variant=None, panels=None, share=None, workers=None: reproduce(
-            study, quick, out_dir, variant, panels=panels, share=share, workers=workers),
+        lambda quick, out_dir, variant=None, panels=None, share=None, workers=None, segment_rounds=None: reproduce(
+            study, quick, out_dir, variant, panels=panels, share=share, workers=workers,
+            segment_rounds=segment_rounds),
         study)
     return study
 
 
 def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print, panels=None,
-              share=None, workers: dict | None = None) -> Path | None:
+              share=None, workers: dict | None = None, segment_rounds: int | None = None) -> Path | None:
     """Runs ``study`` (its quick form and/or named variant; only the panels labelled ``panels`` if given, a
     partial run whose results say so), writes its results under ``out_dir`` and prints its summary. With
     ``share`` (:class:`jaxfl.experiments.study.Share`, a worker of ``jaxfl reproduce --workers``): only the
     share's grid programs and runs, stored under ``out_dir``; nothing else is written and None returned.
     ``workers``: ``{"count", "wall_seconds"}`` of the workers' pass that ran before this one (recorded in the
-    results' ``config.workers``)."""
+    results' ``config.workers``). ``segment_rounds``: grid programs in checkpointed segments of about that many
+    rounds (:func:`jaxfl.experiments.study.run`)."""
     from jaxfl.experiments import report, study as study_lib
 
     form = study.form_of(quick, variant, panels)
     check_keeps_results(form, out_dir)
     if share is not None:
         prefix = f"[worker {share.index + 1}/{share.count}] "
-        study_lib.run(form, Path(out_dir), lambda line: log(prefix + line), share)
+        study_lib.run(form, Path(out_dir), lambda line: log(prefix + line), share, segment_rounds)
         return None
     log(f"{form.name}: {form.form} form{' (tiny settings for CI, not the paper' + chr(39) + 's)' if quick else ''}")
-    outcome = study_lib.run(form, Path(out_dir), log)
+    outcome = study_lib.run(form, Path(out_dir), log, segment_rounds=segment_rounds)
     outcome.workers = workers
     path = report.write(outcome, out_dir)
     log((Path(out_dir) / "summary.md").read_text())

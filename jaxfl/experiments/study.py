@@ -389,13 +389,20 @@ def _delta_field(deltas):
     return float(d[0]) if np.all(d == d[0]) else d.tolist()
 
 
-def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list) -> SweepResult:
+def _sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,
+           segments: tuple[int, Path] | None = None) -> SweepResult:
+    """The grid program as :func:`jaxfl.engine.sweep.sweep` runs it; ``segments``: ``(rounds, checkpoint file)``
+    to run it in segments of about that many rounds (rounded up to a multiple of the program's ``eval_every``),
+    its progress kept in the file."""
+    segment_rounds, checkpoint = (None, None) if segments is None else segments
+    if segment_rounds is not None and program.eval_every is not None:
+        segment_rounds = -(-segment_rounds // program.eval_every) * program.eval_every
     return sweep(_builder(family, program.static), program.grid, trial.train, study.init(study.init_seed),
                  rounds=program.rounds, seeds=seeds, evaluate=study.evaluate, eval_data=trial.eval_data,
                  configs_per_batch=study.batch_for(family.name),
                  delta=None if family.accountant is None else trial.deltas, accountant=family.accountant or "rdp",
                  constants=program.constants, silo_models=study.silo_models, eval_every=program.eval_every,
-                 evaluate_on=study.evaluate_on)
+                 evaluate_on=study.evaluate_on, segment_rounds=segment_rounds, checkpoint=checkpoint)
 
 
 def _fingerprint(study: Study, family: Family, program: Program, seeds: list) -> str:
@@ -427,14 +434,18 @@ def _source_label(source: Mapping | None) -> str:
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,
-                  part: Path | None, base: tuple[Study, Path] | None = None) -> tuple[SweepResult, float, str, str]:
+                  part: Path | None, base: tuple[Study, Path] | None = None,
+                  segment_rounds: int | None = None) -> tuple[SweepResult, float, str, str]:
     """:func:`_sweep`, its seconds, where it came from (``""``: run now; ``"stored"``: ``part``; ``"base"``:
     the base form's part) and the code that ran it (:func:`_source_label`). Kept in ``part`` (a pickle of host
     arrays) and reused from it when the same form, program and seeds were run before, so a long study stopped
     mid-way resumes at its next part. ``base``: the base form and its part of the same name
     (:attr:`Study.reuses_base_parts`), reused when it holds the same program and seeds, and copied into
     ``part``. A part is keyed by its settings, not by the code, so results.json lists the sources of its
-    parts. ``part=None``: always run."""
+    parts. ``part=None``: always run. ``segment_rounds`` (with a ``part``): the program runs in segments of about
+    that many rounds, its progress kept in ``checkpoints/<part's name>`` beside ``parts/`` (resumed from there
+    when the same part is run again; equal to one program up to float rounding, and not part of the key: the
+    part records it)."""
     fingerprint = _fingerprint(study, family, program, seeds) if part is not None else None
     stored, origin = (_stored_part(study, part, fingerprint), "stored") if part is not None else (None, "")
     if stored is None and base is not None and part is not None:
@@ -445,12 +456,14 @@ def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, 
     if stored is not None:
         return (_without_unused_params(study, SweepResult(*stored["result"])), stored["seconds"], origin,
                 _source_label(stored.get("source")))
+    segments = None if part is None or segment_rounds is None else (
+        segment_rounds, part.parents[1] / "checkpoints" / part.name)
     start = time.perf_counter()
-    out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds)))
+    out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds, segments)))
     seconds = time.perf_counter() - start
     if part is not None:
         _write_part(part, {"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds,
-                           "source": source_revision()})
+                           "source": source_revision(), "segment_rounds": segment_rounds})
     return out, seconds, "", _source_label(source_revision())
 
 
@@ -603,10 +616,13 @@ class Outcome:
     workers: dict | None = None  # set by jaxfl reproduce --workers: {"count", "wall_seconds"} of the workers' pass
 
 
-def run(study: Study, out_dir: Path | None = None, log=print, share: Share | None = None) -> Outcome:
+def run(study: Study, out_dir: Path | None = None, log=print, share: Share | None = None,
+        segment_rounds: int | None = None) -> Outcome:
     """Runs every trial, panel, family and program of ``study``; returns the selected rows. With ``share``
     (a worker of ``jaxfl reproduce --workers``), only the share's grid programs and runs, stored under
-    ``out_dir`` for the final run without a share; its rows are incomplete."""
+    ``out_dir`` for the final run without a share; its rows are incomplete. ``segment_rounds`` (with
+    ``out_dir``): grid programs run in segments of about that many rounds, each program's progress checkpointed
+    after every segment, so that a part stopped mid-way resumes there (:func:`_stored_sweep`)."""
     if share is not None and out_dir is None:
         raise ValueError("a worker's share needs an out_dir to store its parts and checkpoints in")
     # The code that runs is the checkout's at the start: read it now, before a commit made during a long run
@@ -647,7 +663,8 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
                     base = None if part is None or not study.reuses_base_parts else (
                         dataclasses.replace(study, form=study.form.split("+")[0]), part.parents[2] / "parts" / name)
-                    out, seconds, origin, source = _stored_sweep(study, family, program, trial, seeds, part, base)
+                    out, seconds, origin, source = _stored_sweep(study, family, program, trial, seeds, part, base,
+                                                                 segment_rounds)
                     sources.add(source)
                     parts_seconds, parts_reused = parts_seconds + seconds, parts_reused + bool(origin)
                     shown = {k: v for k, v in program.static if not callable(v)}

@@ -1,4 +1,9 @@
-"""engine.sweep: the data as an argument of one cached program, and every configuration accounted."""
+"""engine.sweep: the data as an argument of one cached program, every configuration accounted, checkpointed
+segments."""
+import importlib
+import pickle
+
+import chex
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -127,3 +132,64 @@ def test_eval_every_refuses_what_it_cannot_do(small_data):
         with pytest.raises(ValueError, match="eval_every"):
             sweep(_build, {"lr": [0.1], "z": [0.0]}, small_data, init_linear(5), rounds=4, evaluate=evaluate,
                   eval_every=bad)
+
+
+def _curve_sweep(data, **kw):
+    test = (jnp.asarray(data.x.reshape(-1, 5)), jnp.asarray(data.y.reshape(-1)))
+
+    def evaluate(params, d):
+        return {"acc": binary_accuracy(params, *d), "w0": params["w"][0]}
+
+    return sweep(_build, {"lr": [0.1, 0.5], "z": [0.0, 0.8]}, data, init_linear(5), rounds=7, seeds=[0, 3],
+                 evaluate=evaluate, eval_data=test, eval_every=2, configs_per_batch=3, **kw)
+
+
+def _outputs(out):
+    return (out.params, out.infos, out.metrics, out.history)
+
+
+def test_a_sweep_stopped_mid_way_resumes_from_its_checkpoint(small_data, tmp_path, monkeypatch):
+    """Segments of rounds give one program's result up to float rounding; a checkpointed sweep killed after a
+    segment resumes after it and ends bitwise where the uninterrupted segmented sweep ends (two config batches,
+    the curve's points, a shorter last segment), and removes its checkpoint."""
+    sweep_module = importlib.import_module("jaxfl.engine.sweep")
+    whole = _curve_sweep(small_data)
+    segmented = _curve_sweep(small_data, segment_rounds=4)
+    chex.assert_trees_all_close(_outputs(segmented), _outputs(whole), rtol=1e-5, atol=1e-6)
+    assert segmented.history["w0"].shape == (4, 2, 3) and segmented.infos["update_norm"].shape == (4, 2, 7)
+
+    path = tmp_path / "sweep.pkl"
+    writes = []
+    write = sweep_module._write_checkpoint
+
+    class Killed(Exception):
+        pass
+
+    def write_then_die(checkpoint, progress):
+        write(checkpoint, progress)
+        writes.append(progress["round"])
+        if len(writes) == 4:  # batch 1 of 2: segments to rounds 4 and 7, its end; then batch 2's first segment
+            raise Killed
+
+    monkeypatch.setattr(sweep_module, "_write_checkpoint", write_then_die)
+    with pytest.raises(Killed):
+        _curve_sweep(small_data, segment_rounds=4, checkpoint=path)
+    assert writes == [4, 7, 7, 4] and path.exists()
+    monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: writes.append(p["round"]) or write(c, p))
+    resumed = _curve_sweep(small_data, segment_rounds=4, checkpoint=path)
+    assert writes[4:] == [7, 7]  # only batch 2's last segment ran, then its end was recorded
+    chex.assert_trees_all_equal(_outputs(resumed), _outputs(segmented))
+    assert not path.exists()
+
+
+def test_a_checkpoint_of_another_sweep_is_refused_and_kept(small_data, tmp_path):
+    path = tmp_path / "sweep.pkl"
+    sweep_module = importlib.import_module("jaxfl.engine.sweep")
+    progress = {"fingerprint": "another sweep", "done": [], "state": None}
+    sweep_module._write_checkpoint(path, progress)
+    with pytest.raises(ValueError, match="belongs to another sweep"):
+        _curve_sweep(small_data, checkpoint=path)
+    assert pickle.loads(path.read_bytes()) == progress
+    for bad, match in ((0, "segment_rounds"), (3, "multiple of eval_every")):
+        with pytest.raises(ValueError, match=match):
+            _curve_sweep(small_data, segment_rounds=bad)

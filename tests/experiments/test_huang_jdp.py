@@ -397,3 +397,47 @@ def test_dp_tuned_reuses_the_base_forms_parts_for_the_regimes_it_leaves_unchange
     ran.clear()
     assert main(["reproduce", "huang-jdp/table1-mnist", "--quick", "--variant", "dp-tuned", "--out", str(variant)]) == 0
     assert ran == [] and json.loads((variant / "results.json").read_text())["config"]["parts_reused"] == 10
+
+
+@pytest.mark.slow
+def test_a_part_stopped_mid_program_resumes_from_its_segment_checkpoint(quick_results, monkeypatch, tmp_path):
+    """``--segment-rounds 1``: each grid program runs round by round with its progress under
+    ``OUT/checkpoints``; killed after its first round, the same command resumes there, and the results are
+    the whole programs' up to float rounding."""
+    import importlib
+    import json
+    import pickle
+
+    from jaxfl.cli import main
+
+    sweep_module = importlib.import_module("jaxfl.engine.sweep")
+    _, full = quick_results["huang-jdp/tuning-mnist"]
+    write = sweep_module._write_checkpoint
+
+    class Killed(Exception):
+        pass
+
+    def write_then_die(checkpoint, progress):
+        write(checkpoint, progress)
+        raise Killed
+
+    argv = ["reproduce", "huang-jdp/tuning-mnist", "--quick", "--segment-rounds", "1", "--out", str(tmp_path)]
+    monkeypatch.setattr(sweep_module, "_write_checkpoint", write_then_die)
+    with pytest.raises(Killed):
+        main(argv)
+    (stopped,) = (tmp_path / "checkpoints").iterdir()
+    assert pickle.loads(stopped.read_bytes())["round"] == 1
+    rounds = []
+    monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: rounds.append(p["round"]) or write(c, p))
+    assert main(argv) == 0
+    assert rounds[0] == 2 and not any((tmp_path / "checkpoints").iterdir())  # resumed at round 2
+    parts = sorted((tmp_path / "parts").iterdir())
+    assert parts and all(pickle.loads(p.read_bytes())["segment_rounds"] == 1 for p in parts)
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert len(again["runs"]) == len(full["runs"])
+    for ours, theirs in zip(again["runs"], full["runs"]):
+        assert {k: v for k, v in ours.items() if k not in ("metrics", "wall_seconds")} == \
+            {k: v for k, v in theirs.items() if k not in ("metrics", "wall_seconds")}
+        assert ours["metrics"] == pytest.approx(theirs["metrics"], rel=1e-4, abs=1e-4)
+    assert main(["reproduce", "huang-jdp/tuning-mnist", "--quick", "--segment-rounds", "0", "--out",
+                 str(tmp_path)]) == 2
