@@ -143,7 +143,8 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
         params_out, infos, metrics, history = run_batched(_program(*key), table, seeds, configs_per_batch, data,
                                                           params, eval_data, traced)
     else:
-        fingerprint = _fingerprint(key, configs, seeds, segment, configs_per_batch, (data, params, eval_data, constants))
+        fingerprint = _fingerprint(key, configs, seeds, segment, configs_per_batch,
+                                   (data, params, eval_data, constants))
         params_out, infos, metrics, history = _run_segmented(
             _segment_programs(*key), segment, table, seeds, configs_per_batch, (data, params, eval_data, traced),
             None if checkpoint is None else Path(checkpoint), fingerprint)
