@@ -180,14 +180,17 @@ def _advance(algorithm, state, data, key, start, num_rounds: int, eval_every: in
         return state, infos, {}
     points, rest = divmod(num_rounds, eval_every)
 
+    def at(offset):  # round start + offset; a literal start 0 adds no op (the whole program lowers as it did)
+        return offset if isinstance(start, int) and start == 0 else start + offset
+
     def block(state, b):
-        state, block_infos = run_rounds(algorithm, state, data, key, start + b * eval_every, eval_every)
+        state, block_infos = run_rounds(algorithm, state, data, key, at(b * eval_every), eval_every)
         return state, (block_infos, measure(state))
 
     state, (infos, history) = jax.lax.scan(block, state, jnp.arange(points))
     infos = jax.tree_util.tree_map(lambda a: a.reshape((points * eval_every,) + a.shape[2:]), infos)
     if rest:
-        state, last = run_rounds(algorithm, state, data, key, start + points * eval_every, rest)
+        state, last = run_rounds(algorithm, state, data, key, at(points * eval_every), rest)
         infos = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), infos, last)
     return state, infos, history
 
