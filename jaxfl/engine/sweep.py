@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import os
 import pickle
+import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -293,6 +294,11 @@ def _run_segmented(programs: _SegmentPrograms, segment: int, table: dict, seeds,
     num = len(next(iter(table.values())))
     batch = num if configs_per_batch is None else min(int(configs_per_batch), num)
     progress = _read_checkpoint(checkpoint, fingerprint)
+    started, earlier = time.perf_counter(), progress.get("seconds", 0.0)
+
+    def save():
+        progress["seconds"] = earlier + time.perf_counter() - started
+        _write_checkpoint(checkpoint, progress)
     seeds = jnp.asarray(seeds)
     for lo in range(len(progress["done"]) * batch, num, batch):
         take = np.minimum(np.arange(lo, lo + batch), num - 1)
@@ -306,18 +312,25 @@ def _run_segmented(programs: _SegmentPrograms, segment: int, table: dict, seeds,
                 part, seeds, data, progress["state"], progress["round"], eval_data, constants))
             progress.update(state=state, round=progress["round"] + length, infos=progress["infos"] + [infos],
                             history=progress["history"] + [history])
-            _write_checkpoint(checkpoint, progress)
+            save()
         final_params, metrics = jax.device_get(programs.finish(part, seeds, data, progress["state"], eval_data,
                                                                constants))
         joined = lambda chunks: jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=2), *chunks)
         out = (final_params, joined(progress["infos"]), metrics, joined(progress["history"]))
         progress.update(done=progress["done"] + [jax.tree_util.tree_map(lambda a: a[: min(batch, num - lo)], out)],
                         state=None)
-        _write_checkpoint(checkpoint, progress)
+        save()
     out = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *progress["done"])
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     return out
+
+
+def checkpoint_seconds(checkpoint) -> float:
+    """The wall seconds that the sittings stored in a sweep's ``checkpoint`` file spent on it (0 without one):
+    what a resumed sweep's own time leaves out."""
+    path = Path(checkpoint)
+    return float(pickle.loads(path.read_bytes()).get("seconds", 0.0)) if path.is_file() else 0.0
 
 
 def _read_checkpoint(checkpoint: Path | None, fingerprint: str) -> dict:

@@ -40,7 +40,7 @@ import numpy as np
 from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver
-from jaxfl.engine.sweep import SweepResult, configurations, sweep
+from jaxfl.engine.sweep import SweepResult, checkpoint_seconds, configurations, sweep
 from jaxfl.experiments.report import source_revision
 
 
@@ -458,9 +458,10 @@ def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, 
                 _source_label(stored.get("source")))
     segments = None if part is None or segment_rounds is None else (
         segment_rounds, part.parents[1] / "checkpoints" / part.name)
+    earlier = 0.0 if segments is None else checkpoint_seconds(segments[1])  # earlier sittings' segments
     start = time.perf_counter()
     out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds, segments)))
-    seconds = time.perf_counter() - start
+    seconds = earlier + time.perf_counter() - start
     if part is not None:
         _write_part(part, {"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds,
                            "source": source_revision(), "segment_rounds": segment_rounds})

@@ -426,13 +426,15 @@ def test_a_part_stopped_mid_program_resumes_from_its_segment_checkpoint(quick_re
     with pytest.raises(Killed):
         main(argv)
     (stopped,) = (tmp_path / "checkpoints").iterdir()
-    assert pickle.loads(stopped.read_bytes())["round"] == 1
+    progress = pickle.loads(stopped.read_bytes())
+    assert progress["round"] == 1 and progress["seconds"] > 0
     rounds = []
     monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: rounds.append(p["round"]) or write(c, p))
     assert main(argv) == 0
     assert rounds[0] == 2 and not any((tmp_path / "checkpoints").iterdir())  # resumed at round 2
-    parts = sorted((tmp_path / "parts").iterdir())
-    assert parts and all(pickle.loads(p.read_bytes())["segment_rounds"] == 1 for p in parts)
+    parts = {p.name: pickle.loads(p.read_bytes()) for p in (tmp_path / "parts").iterdir()}
+    assert parts and all(p["segment_rounds"] == 1 for p in parts.values())
+    assert parts[stopped.name]["seconds"] > progress["seconds"]  # the killed sitting's time counts too
     again = json.loads((tmp_path / "results.json").read_text())
     assert len(again["runs"]) == len(full["runs"])
     for ours, theirs in zip(again["runs"], full["runs"]):
