@@ -291,18 +291,15 @@ def _run_segmented(programs: _SegmentPrograms, segment: int, table: dict, seeds,
     """:func:`run_batched` of the grid program, each config batch as segments of ``segment`` rounds, the
     progress kept in ``checkpoint`` (see :func:`sweep`)."""
     data, params, eval_data, constants = arrays
-    num = len(next(iter(table.values())))
-    batch = num if configs_per_batch is None else min(int(configs_per_batch), num)
     progress = _read_checkpoint(checkpoint, fingerprint)
     started, earlier = time.perf_counter(), progress.get("seconds", 0.0)
 
     def save():
         progress["seconds"] = earlier + time.perf_counter() - started
         _write_checkpoint(checkpoint, progress)
+
     seeds = jnp.asarray(seeds)
-    for lo in range(len(progress["done"]) * batch, num, batch):
-        take = np.minimum(np.arange(lo, lo + batch), num - 1)
-        part = {n: v[take] for n, v in table.items()}
+    for part, trim in _config_batches(table, configs_per_batch, skip=len(progress["done"])):
         if progress["state"] is None:
             progress.update(state=jax.device_get(programs.start(part, seeds, data, params, constants)),
                             round=0, infos=[], history=[])
@@ -317,8 +314,7 @@ def _run_segmented(programs: _SegmentPrograms, segment: int, table: dict, seeds,
                                                                constants))
         joined = lambda chunks: jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=2), *chunks)
         out = (final_params, joined(progress["infos"]), metrics, joined(progress["history"]))
-        progress.update(done=progress["done"] + [jax.tree_util.tree_map(lambda a: a[: min(batch, num - lo)], out)],
-                        state=None)
+        progress.update(done=progress["done"] + [trim(out)], state=None)
         save()
     out = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *progress["done"])
     if checkpoint is not None:
@@ -385,12 +381,19 @@ def run_batched(program: Callable, table: dict, seeds, configs_per_batch: int | 
     compilation), and trimmed afterwards. For grid programs built like :func:`sweep`'s, e.g. with the
     data as an argument (``*args``) so one compilation serves several datasets.
     """
+    outs = [trim(jax.device_get(program(part, jnp.asarray(seeds), *args)))
+            for part, trim in _config_batches(table, configs_per_batch)]
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
+
+
+def _config_batches(table: dict, configs_per_batch: int | None, skip: int = 0):
+    """``(table batch, trim)`` per batch of ``configs_per_batch`` configs after the first ``skip`` batches: the
+    last batch padded by repeating its last config (one shape, one compilation); ``trim(outputs)`` drops the
+    padding's rows."""
     num = len(next(iter(table.values())))
     batch = num if configs_per_batch is None else min(int(configs_per_batch), num)
-    outs = []
-    for lo in range(0, num, batch):
+    for lo in range(skip * batch, num, batch):
         take = np.minimum(np.arange(lo, lo + batch), num - 1)
-        part = {n: v[take] for n, v in table.items()}
-        out = jax.device_get(program(part, jnp.asarray(seeds), *args))
-        outs.append(jax.tree_util.tree_map(lambda a: a[: min(batch, num - lo)], out))
-    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outs)
+        kept = min(batch, num - lo)
+        yield {n: v[take] for n, v in table.items()}, lambda out, kept=kept: jax.tree_util.tree_map(
+            lambda a: a[:kept], out)
