@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import os
 import pickle
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -273,6 +274,15 @@ def _segment_length(rounds: int, eval_every, segment_rounds, checkpointed: bool)
     return int(segment_rounds)
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def stable_name(function: Callable) -> str:
+    """A callable's name that every process spells alike: its qualified name, else its ``repr`` without memory
+    addresses (a ``functools.partial``'s repr names its function's address, another in every process)."""
+    return getattr(function, "__qualname__", None) or _ADDRESS.sub("", repr(function))
+
+
 def _fingerprint(key: tuple, configs: list, seeds, segment: int, configs_per_batch, arrays) -> str:
     """What a checkpoint must have been written by: the program's key, grid, seeds, segments, batches and a
     hash of the arrays' shapes, dtypes and bytes."""
@@ -281,7 +291,7 @@ def _fingerprint(key: tuple, configs: list, seeds, segment: int, configs_per_bat
         a = np.ascontiguousarray(np.asarray(leaf))
         digest.update(repr((a.shape, str(a.dtype))).encode())
         digest.update(a.tobytes())
-    names = tuple(getattr(f, "__qualname__", repr(f)) if callable(f) else f for f in key)
+    names = tuple(stable_name(f) if callable(f) else f for f in key)
     return repr((names, [sorted((k, float(v)) for k, v in c.items()) for c in configs], [int(s) for s in seeds],
                  segment, configs_per_batch, jax.__version__, digest.hexdigest()))
 
@@ -334,7 +344,8 @@ def _read_checkpoint(checkpoint: Path | None, fingerprint: str) -> dict:
     if checkpoint is None or not checkpoint.exists():
         return fresh
     stored = pickle.loads(checkpoint.read_bytes())
-    if stored.get("fingerprint") != fingerprint:
+    # checkpoints written before stable_name held an address where a partial was named: read them without it
+    if _ADDRESS.sub("", stored.get("fingerprint", "")) != fingerprint:
         raise ValueError(f"checkpoint {checkpoint} belongs to another sweep (other grid, seeds, rounds, segments, "
                          f"data or JAX version); remove it to start this one afresh")
     return stored

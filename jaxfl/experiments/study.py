@@ -40,7 +40,7 @@ import numpy as np
 from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver
-from jaxfl.engine.sweep import SweepResult, checkpoint_seconds, configurations, sweep
+from jaxfl.engine.sweep import SweepResult, checkpoint_seconds, configurations, stable_name, sweep
 from jaxfl.experiments.report import source_revision
 
 
@@ -413,7 +413,7 @@ def _fingerprint(study: Study, family: Family, program: Program, seeds: list) ->
         if isinstance(value, (list, tuple)):
             return [plain(v) for v in value]
         if callable(value):
-            return getattr(value, "__qualname__", repr(value))
+            return stable_name(value)
         return np.asarray(value).tolist()
 
     curve = (() if program.eval_every is None else (("eval_every", int(program.eval_every)),)) + (

@@ -1,7 +1,9 @@
 """engine.sweep: the data as an argument of one cached program, every configuration accounted, checkpointed
 segments."""
+import functools
 import importlib
 import pickle
+import re
 
 import chex
 import jax.numpy as jnp
@@ -134,13 +136,13 @@ def test_eval_every_refuses_what_it_cannot_do(small_data):
                   eval_every=bad)
 
 
-def _curve_sweep(data, **kw):
+def _curve_sweep(data, build=_build, **kw):
     test = (jnp.asarray(data.x.reshape(-1, 5)), jnp.asarray(data.y.reshape(-1)))
 
     def evaluate(params, d):
         return {"acc": binary_accuracy(params, *d), "w0": params["w"][0]}
 
-    return sweep(_build, {"lr": [0.1, 0.5], "z": [0.0, 0.8]}, data, init_linear(5), rounds=7, seeds=[0, 3],
+    return sweep(build, {"lr": [0.1, 0.5], "z": [0.0, 0.8]}, data, init_linear(5), rounds=7, seeds=[0, 3],
                  evaluate=evaluate, eval_data=test, eval_every=2, configs_per_batch=3, **kw)
 
 
@@ -180,6 +182,45 @@ def test_a_sweep_stopped_mid_way_resumes_from_its_checkpoint(small_data, tmp_pat
     assert writes[4:] == [7, 7]  # only batch 2's last segment ran, then its end was recorded
     chex.assert_trees_all_equal(_outputs(resumed), _outputs(segmented))
     assert not path.exists()
+
+
+def _partial_build():
+    """``_build`` as a ``functools.partial`` of a function object made afresh, at another address (as in another
+    process: a later sitting, a ``--workers`` worker)."""
+    def build(lr, z, clip):
+        return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, clip_norm=clip,
+                             noise_multiplier=z)
+    return functools.partial(build, clip=1.0)
+
+
+def test_a_partial_build_resumes_where_its_function_has_another_address(small_data, tmp_path, monkeypatch):
+    """The studies give their builds as partials, whose repr holds the function's address: the checkpoint names
+    the build without it, so another process resumes it; one written with the address (as before) resumes too."""
+    sweep_module = importlib.import_module("jaxfl.engine.sweep")
+    first, second = _partial_build(), _partial_build()
+    assert repr(first) != repr(second) and " at 0x" in repr(first)
+    path, write = tmp_path / "sweep.pkl", sweep_module._write_checkpoint
+
+    class Killed(Exception):
+        pass
+
+    def write_then_die(checkpoint, progress):
+        write(checkpoint, progress)
+        raise Killed
+
+    monkeypatch.setattr(sweep_module, "_write_checkpoint", write_then_die)
+    with pytest.raises(Killed):
+        _curve_sweep(small_data, build=first, segment_rounds=4, checkpoint=path)
+    stored = pickle.loads(path.read_bytes())
+    assert stored["round"] == 4 and " at 0x" not in stored["fingerprint"]
+    stored["fingerprint"] = re.sub(r"(<function [^>]*)>", r"\1 at 0x7f5b07111da0>", stored["fingerprint"], count=1)
+    assert " at 0x" in stored["fingerprint"]
+    write(path, stored)
+    writes = []
+    monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: writes.append(p["round"]) or write(c, p))
+    resumed = _curve_sweep(small_data, build=second, segment_rounds=4, checkpoint=path)
+    assert writes == [7, 7, 4, 7, 7]   # from round 4 on: batch 1 went on, batch 2 ran whole
+    chex.assert_trees_all_equal(_outputs(resumed), _outputs(_curve_sweep(small_data, segment_rounds=4)))
 
 
 def test_a_checkpoint_of_another_sweep_is_refused_and_kept(small_data, tmp_path):
