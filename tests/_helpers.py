@@ -1,5 +1,11 @@
-"""Small synthetic silos for engine tests, and shared assertions (importable as ``_helpers`` from test modules)."""
+"""Small synthetic silos for engine tests, shared assertions, and a sweep checkpoint writer that stands for a
+killed sitting (importable as ``_helpers`` from test modules)."""
+import importlib
+
 import numpy as np
+
+_SWEEP = importlib.import_module("jaxfl.engine.sweep")  # the module: ``jaxfl.engine.sweep`` names the function
+_WRITE_CHECKPOINT = _SWEEP._write_checkpoint
 
 
 def make_silos(sizes, features=5, seed=0):
@@ -25,3 +31,22 @@ def assert_clipped_sums_equal(expected, got, rtol=2e-5):
     assert float(got.count) == float(expected.count)
     assert float(got.num_clipped) == float(expected.num_clipped)
     assert float(got.sensitivity) == float(expected.sensitivity)
+
+
+class Killed(Exception):
+    """A sitting killed just after it saved a sweep checkpoint."""
+
+
+def watch_checkpoint_writes(monkeypatch, die_at=None):
+    """Patch the sweep's checkpoint writer: each write still happens, and its round is appended to the returned
+    list; the ``die_at``-th write (counted from this call) then raises :class:`Killed`. ``die_at=None`` never dies."""
+    rounds = []
+
+    def write(checkpoint, progress):
+        _WRITE_CHECKPOINT(checkpoint, progress)
+        rounds.append(progress["round"])
+        if len(rounds) == die_at:
+            raise Killed
+
+    monkeypatch.setattr(_SWEEP, "_write_checkpoint", write)
+    return rounds

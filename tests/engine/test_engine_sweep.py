@@ -15,7 +15,7 @@ from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import make_ledger, sweep, train
 from jaxfl.models import binary_accuracy, init_linear, logistic_loss
-from _helpers import make_silos
+from _helpers import Killed, make_silos, watch_checkpoint_writes
 
 
 def _build(lr, z):
@@ -154,32 +154,19 @@ def test_a_sweep_stopped_mid_way_resumes_from_its_checkpoint(small_data, tmp_pat
     """Segments of rounds give one program's result up to float rounding; a checkpointed sweep killed after a
     segment resumes after it and ends bitwise where the uninterrupted segmented sweep ends (two config batches,
     the curve's points, a shorter last segment), and removes its checkpoint."""
-    sweep_module = importlib.import_module("jaxfl.engine.sweep")
     whole = _curve_sweep(small_data)
     segmented = _curve_sweep(small_data, segment_rounds=4)
     chex.assert_trees_all_close(_outputs(segmented), _outputs(whole), rtol=1e-5, atol=1e-6)
     assert segmented.history["w0"].shape == (4, 2, 3) and segmented.infos["update_norm"].shape == (4, 2, 7)
 
     path = tmp_path / "sweep.pkl"
-    writes = []
-    write = sweep_module._write_checkpoint
-
-    class Killed(Exception):
-        pass
-
-    def write_then_die(checkpoint, progress):
-        write(checkpoint, progress)
-        writes.append(progress["round"])
-        if len(writes) == 4:  # batch 1 of 2: segments to rounds 4 and 7, its end; then batch 2's first segment
-            raise Killed
-
-    monkeypatch.setattr(sweep_module, "_write_checkpoint", write_then_die)
-    with pytest.raises(Killed):
+    writes = watch_checkpoint_writes(monkeypatch, die_at=4)  # batch 1 of 2: segments to rounds 4 and 7, its end;
+    with pytest.raises(Killed):                               # then batch 2's first segment
         _curve_sweep(small_data, segment_rounds=4, checkpoint=path)
     assert writes == [4, 7, 7, 4] and path.exists()
-    monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: writes.append(p["round"]) or write(c, p))
+    writes = watch_checkpoint_writes(monkeypatch)
     resumed = _curve_sweep(small_data, segment_rounds=4, checkpoint=path)
-    assert writes[4:] == [7, 7]  # only batch 2's last segment ran, then its end was recorded
+    assert writes == [7, 7]  # only batch 2's last segment ran, then its end was recorded
     chex.assert_trees_all_equal(_outputs(resumed), _outputs(segmented))
     assert not path.exists()
 
@@ -196,28 +183,18 @@ def _partial_build():
 def test_a_partial_build_resumes_where_its_function_has_another_address(small_data, tmp_path, monkeypatch):
     """The studies give their builds as partials, whose repr holds the function's address: the checkpoint names
     the build without it, so another process resumes it; one written with the address (as before) resumes too."""
-    sweep_module = importlib.import_module("jaxfl.engine.sweep")
     first, second = _partial_build(), _partial_build()
     assert repr(first) != repr(second) and " at 0x" in repr(first)
-    path, write = tmp_path / "sweep.pkl", sweep_module._write_checkpoint
-
-    class Killed(Exception):
-        pass
-
-    def write_then_die(checkpoint, progress):
-        write(checkpoint, progress)
-        raise Killed
-
-    monkeypatch.setattr(sweep_module, "_write_checkpoint", write_then_die)
+    path = tmp_path / "sweep.pkl"
+    watch_checkpoint_writes(monkeypatch, die_at=1)
     with pytest.raises(Killed):
         _curve_sweep(small_data, build=first, segment_rounds=4, checkpoint=path)
     stored = pickle.loads(path.read_bytes())
     assert stored["round"] == 4 and " at 0x" not in stored["fingerprint"]
     stored["fingerprint"] = re.sub(r"(<function [^>]*)>", r"\1 at 0x7f5b07111da0>", stored["fingerprint"], count=1)
     assert " at 0x" in stored["fingerprint"]
-    write(path, stored)
-    writes = []
-    monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: writes.append(p["round"]) or write(c, p))
+    path.write_bytes(pickle.dumps(stored))
+    writes = watch_checkpoint_writes(monkeypatch)
     resumed = _curve_sweep(small_data, build=second, segment_rounds=4, checkpoint=path)
     assert writes == [7, 7, 4, 7, 7]   # from round 4 on: batch 1 went on, batch 2 ran whole
     chex.assert_trees_all_equal(_outputs(resumed), _outputs(_curve_sweep(small_data, segment_rounds=4)))

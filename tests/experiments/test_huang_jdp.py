@@ -404,32 +404,21 @@ def test_a_part_stopped_mid_program_resumes_from_its_segment_checkpoint(quick_re
     """``--segment-rounds 1``: each grid program runs round by round with its progress under
     ``OUT/checkpoints``; killed after its first round, the same command resumes there, and the results are
     the whole programs' up to float rounding."""
-    import importlib
     import json
     import pickle
 
+    from _helpers import Killed, watch_checkpoint_writes
     from jaxfl.cli import main
 
-    sweep_module = importlib.import_module("jaxfl.engine.sweep")
     _, full = quick_results["huang-jdp/tuning-mnist"]
-    write = sweep_module._write_checkpoint
-
-    class Killed(Exception):
-        pass
-
-    def write_then_die(checkpoint, progress):
-        write(checkpoint, progress)
-        raise Killed
-
     argv = ["reproduce", "huang-jdp/tuning-mnist", "--quick", "--segment-rounds", "1", "--out", str(tmp_path)]
-    monkeypatch.setattr(sweep_module, "_write_checkpoint", write_then_die)
+    watch_checkpoint_writes(monkeypatch, die_at=1)
     with pytest.raises(Killed):
         main(argv)
     (stopped,) = (tmp_path / "checkpoints").iterdir()
     progress = pickle.loads(stopped.read_bytes())
     assert progress["round"] == 1 and progress["seconds"] > 0
-    rounds = []
-    monkeypatch.setattr(sweep_module, "_write_checkpoint", lambda c, p: rounds.append(p["round"]) or write(c, p))
+    rounds = watch_checkpoint_writes(monkeypatch)
     assert main(argv) == 0
     assert rounds[0] == 2 and not any((tmp_path / "checkpoints").iterdir())  # resumed at round 2
     parts = {p.name: pickle.loads(p.read_bytes()) for p in (tmp_path / "parts").iterdir()}
