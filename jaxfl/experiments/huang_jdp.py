@@ -628,13 +628,14 @@ def _figure1_notes(doc: dict) -> str:
 
 
 def _variant_study(name, description, *, regimes, panels, notes, settings=None, figure=None, config=None,
-                   quick_panels=QUICK["panels"], variants=None):
+                   quick_panels=QUICK["panels"], variants=None, combined=None):
     base = _table1("mnist")
     columns = tuple(Column(f"{r.label} (%)", r.label, "mean_std") for r in regimes if r.private)
     report = Report(table=Table(columns=columns, metric="test_accuracy", metric_name="test accuracy",
                                 references=tuple(r.label for r in regimes if not r.private), scale=100, digits=2,
                                 over="seeds", reference_value="mean_std"),
-                    figure=figure, header="{name}, {panel}: {trials} run(s) ({form} form)", notes=notes)
+                    figure=figure, header="{name}, {panel}: {trials} run(s) ({form} form)", notes=notes,
+                    combined=combined)
     return dataclasses.replace(
         base, name=name, description=description, families=_families(regimes), panels=panels, report=report,
         settings={**base.settings, **(settings or {})}, config={**base.config, **(config or {})},
@@ -675,7 +676,8 @@ FIGURE_1 = register(_variant_study(
     "huang-jdp/figure1", "seed 001 Figure 1 (MNIST): full DP vs joint DP over eps in {1, 2, 5, 10, 100}, per n, "
                          "with per-silo training for reference",
     regimes=(REGIMES["per_silo"], REGIMES["full_dp"], REGIMES["joint_dp"]), panels=_panels(sorted(TABLE3)),
-    notes=_figure1_notes, settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
+    notes=_figure1_notes, combined=_figure1_notes,  # panels run on several machines or sittings: one table
+    settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
     figure=Figure(curves=(Curve(FULL, {"color": "C0", "marker": "o"}), Curve(JOINT, {"color": "C1", "marker": "s"}),
                           Curve(PER_SILO, {"color": "gray", "linestyle": "--"}, line=True)),
                   title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy"),

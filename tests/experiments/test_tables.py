@@ -58,6 +58,27 @@ def test_a_combined_block_joins_the_panels_of_several_files(tmp_path):
     assert f"From `{rel}/cpu-half/results.json` ({first}; full form; {doc['environment']['cores']} cores, cpu," in text
 
 
+def test_figure1s_combined_block_checks_the_papers_claims_over_every_file(tmp_path):
+    """Figure 1's panels split over two files (as n = 128 runs apart from n = 4, 16 and 64): the combined block
+    holds every panel's rows of the one-file numbers table, and its claims are checked over all panels."""
+    rel = "results/huang-jdp/figure1/dp-tuned"
+    doc = json.loads((ROOT / rel / "results.json").read_text())
+    first, *rest = doc["config"]["panels"]
+    assert rest
+    for sub, keep in (("one", [first]), ("rest", rest)):
+        _write_results({**doc, "runs": [r for r in doc["runs"] if r["panel"] in keep],
+                        "config": {**doc["config"], "panels": keep}}, f"{rel}/{sub}", tmp_path)
+    _write_results(doc, rel, tmp_path)
+    text = tables.block(tmp_path, f"{rel}/rest,{rel}/one")
+    whole = tables.block(tmp_path, rel)
+    numbers = [line for line in whole.splitlines() if line[:4] in ("| 4 ", "| 16", "| 64")]
+    assert len(numbers) == 5 * len(doc["config"]["panels"])
+    assert [line for line in text.splitlines() if line[:4] in ("| 4 ", "| 16", "| 64")] == numbers
+    claims = [line for line in whole.splitlines() if line[:3] in ("1. ", "2. ", "3. ")]
+    assert len(claims) == 3 and all(line in text for line in claims)
+    assert f"From `{rel}/one/results.json` ({first}; dp-tuned form;" in text
+
+
 def test_a_combined_block_refuses_a_panel_twice_another_study_or_a_study_without_a_combined_table(tmp_path):
     rel, other = "results/huang-jdp/table1-mnist", "results/huang-jdp/noise"
     doc = _copy_results(rel, tmp_path)
