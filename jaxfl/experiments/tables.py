@@ -12,7 +12,8 @@ form, wall time and machine. A block may name several directories of one study a
 (panels run on different machines, e.g. ``results/huang-jdp/table1-mnist,results/huang-jdp/table1-mnist/gpu``):
 it holds the study's combined table (:attr:`jaxfl.experiments.report.Report.combined`) over all their panels,
 then one line per file naming its panels and machine. ``jaxfl tables`` rewrites every block (and redraws
-each committed run's ``summary.md`` and ``figure.png`` with the current report layout); ``jaxfl tables
+each committed run's ``summary.md`` and ``figure.png`` with the current report layout, and a combined block's
+figure over all its panels, :func:`draw_combined_figures`); ``jaxfl tables
 --check`` (and the test suite) fails when a block differs from what the committed results give, so no number
 in those tables is typed by hand.
 """
@@ -64,19 +65,15 @@ def _machine(env: dict) -> str:
     return f"{env.get('cores')} cores, {backend}, JAX {env.get('jax_version')}"
 
 
-def combined_block(root: Path, rels: list[str]) -> str:
-    """One table over the panels of several results files of one study and form (each panel in one file only),
-    laid out by the study's :attr:`~jaxfl.experiments.report.Report.combined`, then each file's panels and
-    machine."""
+def _merged(root: Path, rels: list[str]):
+    """The results files ``rels`` of one study and form (each panel in one file only) -> ``(report, merged, docs)``:
+    the form's report, one document holding all their runs in the study's panel order, and each file's own."""
     docs = [_load(root, rel) for rel in rels]
     first = docs[0]
     for rel, doc in zip(rels[1:], docs[1:]):
         if (doc["experiment"], doc["config"].get("form")) != (first["experiment"], first["config"].get("form")):
             raise ValueError(f"{rel}: {doc['experiment']} ({doc['config'].get('form')} form) cannot be combined with "
                              f"{rels[0]}: {first['experiment']} ({first['config'].get('form')} form)")
-    layout = _report_of(_experiment(rels[0]).study, first).combined
-    if layout is None:
-        raise ValueError(f"{', '.join(rels)}: {first['experiment']} has no combined table (Report.combined)")
     seen = {}
     for rel, doc in zip(rels, docs):
         for panel in doc["config"]["panels"]:
@@ -87,14 +84,45 @@ def combined_block(root: Path, rels: list[str]) -> str:
     order = first["config"].get("panels_of_full_study") or list(seen)
     merged = {**first, "runs": sorted((r for doc in docs for r in doc["runs"]),
                                       key=lambda r: order.index(r["panel"]) if r["panel"] in order else len(order)),
-              "config": {**first["config"], "panels": [p for p in order if p in seen]}}
-    missing = [p for p in order if p not in seen]
+              "config": {**first["config"], "panels": [p for p in order if p in seen],
+                         "panels_not_run": [p for p in order if p not in seen]}}
+    return _report_of(_experiment(rels[0]).study, first), merged, docs
+
+
+def combined_block(root: Path, rels: list[str]) -> str:
+    """One table over the panels of several results files of one study and form (each panel in one file only),
+    laid out by the study's :attr:`~jaxfl.experiments.report.Report.combined`, then each file's panels and
+    machine."""
+    first = _load(root, rels[0])
+    if _report_of(_experiment(rels[0]).study, first).combined is None:
+        raise ValueError(f"{', '.join(rels)}: {first['experiment']} has no combined table (Report.combined)")
+    layout, merged, docs = _merged(root, rels)
+    missing = merged["config"]["panels_not_run"]
     lines = [f"**Panels not run**: {', '.join(missing)}.", ""] if missing else []
-    lines += [layout(merged), ""]
+    lines += [layout.combined(merged), ""]
     lines += [f"From `{rel}/results.json` ({', '.join(doc['config']['panels'])}; "
               f"{report.form_label(doc['config'].get('form'))} form; {_machine(doc['environment'])})."
               for rel, doc in zip(rels, docs)]
     return "\n".join(lines) + "\n"
+
+
+COMBINED_FIGURE = "combined.png"
+"""A combined block's figure (for a study whose report draws one), written in its first directory."""
+
+
+def draw_combined_figures(docs_text: str, root: Path) -> list[Path]:
+    """Draws the figure over all panels of each combined block of ``docs_text`` whose study has a figure, as
+    ``COMBINED_FIGURE`` in the block's first directory; returns the paths written."""
+    written = []
+    for match in BLOCK.finditer(docs_text):
+        rels = match.group("path").split(",")
+        if len(rels) < 2:
+            continue
+        layout, merged, _ = _merged(root, rels)
+        if layout.figure is not None:
+            report.figure(merged, layout.figure, root / rels[0] / COMBINED_FIGURE)
+            written.append(root / rels[0] / COMBINED_FIGURE)
+    return written
 
 
 def block(root: Path, rel: str) -> str:
@@ -155,5 +183,6 @@ def main(check: bool = False, docs: Path | None = None, root: Path | None = None
     for path in runs:
         doc = json.loads(path.read_text())
         report.render(doc, _report_of(registry.get_experiment(doc["experiment"]).study, doc), path.parent)
-    print(f"{len(runs)} summaries and figures under results/ redrawn")
+    combined = [figure for path in paths for figure in draw_combined_figures(path.read_text(), root)]
+    print(f"{len(runs)} summaries and figures under results/ redrawn, and {len(combined)} combined figures")
     return 0

@@ -77,6 +77,9 @@ def test_figure1s_combined_block_checks_the_papers_claims_over_every_file(tmp_pa
     claims = [line for line in whole.splitlines() if line[:3] in ("1. ", "2. ", "3. ")]
     assert len(claims) == 3 and all(line in text for line in claims)
     assert f"From `{rel}/one/results.json` ({first}; dp-tuned form;" in text
+    marker = f"<!-- generated from {rel}/rest,{rel}/one -->\n{text}<!-- end generated -->\n"
+    assert tables.draw_combined_figures(marker, tmp_path) == [tmp_path / rel / "rest" / tables.COMBINED_FIGURE]
+    assert (tmp_path / rel / "rest" / tables.COMBINED_FIGURE).stat().st_size > 10_000
 
 
 def test_a_combined_block_refuses_a_panel_twice_another_study_or_a_study_without_a_combined_table(tmp_path):
