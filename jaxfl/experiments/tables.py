@@ -67,9 +67,14 @@ def _machine(env: dict) -> str:
 
 def _merged(root: Path, rels: list[str]):
     """The results files ``rels`` of one study and form (each panel in one file only) -> ``(report, merged, docs)``:
-    the form's report, one document holding all their runs in the study's panel order, and each file's own."""
+    the form's report, one document holding all their runs in the study's panel order, and each file's own.
+    Raises ValueError for a study whose report has no combined table, files of different studies or forms, and
+    a panel in two files."""
     docs = [_load(root, rel) for rel in rels]
     first = docs[0]
+    layout = _report_of(_experiment(rels[0]).study, first)
+    if layout.combined is None:
+        raise ValueError(f"{', '.join(rels)}: {first['experiment']} has no combined table (Report.combined)")
     for rel, doc in zip(rels[1:], docs[1:]):
         if (doc["experiment"], doc["config"].get("form")) != (first["experiment"], first["config"].get("form")):
             raise ValueError(f"{rel}: {doc['experiment']} ({doc['config'].get('form')} form) cannot be combined with "
@@ -86,16 +91,13 @@ def _merged(root: Path, rels: list[str]):
                                       key=lambda r: order.index(r["panel"]) if r["panel"] in order else len(order)),
               "config": {**first["config"], "panels": [p for p in order if p in seen],
                          "panels_not_run": [p for p in order if p not in seen]}}
-    return _report_of(_experiment(rels[0]).study, first), merged, docs
+    return layout, merged, docs
 
 
 def combined_block(root: Path, rels: list[str]) -> str:
     """One table over the panels of several results files of one study and form (each panel in one file only),
     laid out by the study's :attr:`~jaxfl.experiments.report.Report.combined`, then each file's panels and
     machine."""
-    first = _load(root, rels[0])
-    if _report_of(_experiment(rels[0]).study, first).combined is None:
-        raise ValueError(f"{', '.join(rels)}: {first['experiment']} has no combined table (Report.combined)")
     layout, merged, docs = _merged(root, rels)
     missing = merged["config"]["panels_not_run"]
     lines = [f"**Panels not run**: {', '.join(missing)}.", ""] if missing else []
