@@ -153,9 +153,12 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
 
         def gradient(parts, step, drawn):  # clipping and noise on the shared part only
             s, p = parts
-            at = initial_private if shared_gradient_at == "initial" else p
-            g_s, info = local.noisy_gradient(lambda s_, xj, yj: loss_fn(merge(s_, at), xj, yj), s, x, y, count,
-                                             silo_key, step, sampler=sampler, clip_norm=clip_norm,
+            if shared_gradient_at == "current":  # both parts' gradients at (s, p): one forward pass
+                return local.noisy_and_plain_gradients(lambda s_, p_, xj, yj: loss_fn(merge(s_, p_), xj, yj), s, p,
+                                                       x, y, count, silo_key, step, sampler=sampler,
+                                                       clip_norm=clip_norm, noise_multiplier=z, drawn=drawn)
+            g_s, info = local.noisy_gradient(lambda s_, xj, yj: loss_fn(merge(s_, initial_private), xj, yj), s, x, y,
+                                             count, silo_key, step, sampler=sampler, clip_norm=clip_norm,
                                              noise_multiplier=z, drawn=drawn)
             g_p, _ = local.noisy_gradient(lambda p_, xj, yj: loss_fn(merge(s, p_), xj, yj), p, x, y, count,
                                           silo_key, step, sampler=sampler, clip_norm=math.inf, noise_multiplier=0,

@@ -174,13 +174,46 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
     if drawn is None:
         drawn = step_draws(sampler, silo_key, count, x.shape[0], params, noise_multiplier)(step)
     minibatch, unit_noise = drawn
+    summed, denominator = _step_sum(loss_fn, params, x, y, count, minibatch, sampler=sampler, clip_norm=clip_norm)
+    return _noisy_mean(summed, unit_noise, denominator, clip_norm, noise_multiplier)
+
+
+def noisy_and_plain_gradients(loss_fn, noised, plain, x, y, count, silo_key, step, *, sampler: Sampler, clip_norm,
+                              noise_multiplier, drawn=None):
+    """:func:`noisy_gradient` of ``noised`` and the plain minibatch gradient of ``plain`` (same minibatch, no
+    clipping, no noise) from one forward pass, for a per-record ``loss_fn(noised, plain, x, y)``.
+
+    The same values, to float rounding, as the two calls ``noisy_gradient(lambda n, xj, yj: loss_fn(n, plain, xj,
+    yj), noised, ...)`` and ``noisy_gradient(lambda q, xj, yj: loss_fn(noised, q, xj, yj), plain, ...,
+    clip_norm=inf, noise_multiplier=0, drawn=(drawn[0], None))``: the per-example norms cover ``noised`` only
+    (:func:`jaxfl.privacy.clipping.clipped_grad_sum`'s ``unclipped``), so the noisy gradient's sensitivity
+    statement is unchanged, and ``drawn`` is :func:`step_draws`'s for ``noised``. The second call's forward
+    pass is the one saved (for seed 001's joint DP, a whole CNN forward per step).
+
+    Returns ``((noisy gradient like noised, plain gradient like plain), info)``.
+    """
+    if drawn is None:
+        drawn = step_draws(sampler, silo_key, count, x.shape[0], noised, noise_multiplier)(step)
+    minibatch, unit_noise = drawn
+    summed, denominator = _step_sum(lambda pair, xj, yj: loss_fn(*pair, xj, yj), (noised, plain), x, y, count,
+                                    minibatch, sampler=sampler, clip_norm=clip_norm, unclipped=(False, True))
+    value, plain_value = summed.value
+    gradient, info = _noisy_mean(summed._replace(value=value), unit_noise, denominator, clip_norm, noise_multiplier)
+    plain_gradient, _ = _noisy_mean(summed._replace(value=plain_value), None, denominator, math.inf, 0)
+    return (gradient, plain_gradient), info
+
+
+def _step_sum(loss_fn, params, x, y, count, minibatch, *, sampler: Sampler, clip_norm, unclipped=None):
+    """``(ClippedSum over the step's minibatch, what it is divided by)`` (:func:`noisy_gradient`)."""
     if sampler.chunk is not None:
         selected = minibatch & (jnp.arange(x.shape[0]) < count)
         summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk,
-                                           microbatch=sampler.microbatch)
-        return _noisy_mean(summed, unit_noise, poisson_denominator(sampler.rate, count), clip_norm, noise_multiplier)
-    return _privatize(loss_fn, params, sampler.take(minibatch, x, y, count), unit_noise,
-                      clip_norm=clip_norm, noise_multiplier=noise_multiplier, microbatch=sampler.microbatch)
+                                           microbatch=sampler.microbatch, unclipped=unclipped)
+        return summed, poisson_denominator(sampler.rate, count)
+    batch = sampler.take(minibatch, x, y, count)
+    summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm,
+                              microbatch=sampler.microbatch, unclipped=unclipped)
+    return summed, batch.denominator
 
 
 def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier,

@@ -20,9 +20,10 @@ class ClippedSum(NamedTuple):
     """Sum of clipped per-example gradients over the real records of a batch.
 
     Attributes:
-      value: pytree shaped like ``params``; ``sum_j mask_j * clip(g_j, C)``.
+      value: pytree shaped like ``params``; ``sum_j mask_j * clip(g_j, C)`` (the leaves a sum's ``unclipped``
+        marks: ``sum_j mask_j g_j``, and ``g_j``, its norm and the clipping concern the other leaves only).
       sensitivity: L2 sensitivity of ``value`` to adding or removing one record (``C``); replacing
-        one record moves it by at most ``2 C``.
+        one record moves it by at most ``2 C``. Only the clipped leaves have it: unclipped ones have none.
       count: number of real (unmasked) records summed, a float scalar.
       num_clipped: how many real records had ``||g_j|| > C``.
     """
@@ -66,8 +67,26 @@ def clip_by_global_norm(grads, clip_norm):
     return jax.tree_util.tree_map(lambda g: g * _expand(scale, g), grads), norms
 
 
+def unclipped_flags(unclipped, params) -> tuple[bool, ...] | None:
+    """Per leaf of ``params`` (``tree_leaves`` order), whether ``unclipped`` marks it; None when it marks none.
+
+    ``unclipped``: None, or a pytree prefix of ``params`` with Python ``bool`` leaves (e.g. ``(False, True)`` for
+    ``params = (clipped_part, plain_part)``); a ``bool`` leaf stands for every leaf of its subtree."""
+    if unclipped is None:
+        return None
+    marks = jax.tree_util.tree_leaves(unclipped)
+    if not all(isinstance(mark, bool) for mark in marks):
+        raise ValueError(f"unclipped must be a pytree prefix of params with bool leaves, got {unclipped!r}")
+    try:
+        subtrees = jax.tree_util.tree_structure(unclipped).flatten_up_to(params)
+    except ValueError as error:
+        raise ValueError(f"unclipped must be a pytree prefix of params, got {unclipped!r}: {error}") from None
+    flags = tuple(mark for mark, sub in zip(marks, subtrees) for _ in jax.tree_util.tree_leaves(sub))
+    return flags if any(flags) else None
+
+
 def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, method: str = "auto",
-                     microbatch="auto") -> ClippedSum:
+                     microbatch="auto", unclipped=None) -> ClippedSum:
     """Sum of per-example clipped gradients (global L2 norm at most ``clip_norm``) over a masked batch.
 
     Args:
@@ -84,19 +103,25 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
         and their sums added (:mod:`jaxfl.privacy.microbatch`; ``"auto"`` slices on the CPU backend when
         the batch's intermediates overflow the cache: the library's conv models from batches of 21-61 on).
         The same sum to float rounding; the per-example clipping does not depend on the slicing.
+      unclipped: None (default), or a pytree prefix of ``params`` with ``bool`` leaves: the parameters it
+        marks ``True`` get the plain masked sum ``sum_j mask_j g_j`` (their leaves of ``value``) and are left
+        out of every per-example norm, so the clipping, ``sensitivity`` and ``num_clipped`` concern the other
+        parameters only. For parameters that are never released (seed 001's owner-private layers, see
+        :func:`jaxfl.algorithms.personalized`): both sums from one forward pass instead of two.
     """
     if method not in ("auto", "explicit"):
         raise ValueError(f"clipping method must be 'auto' or 'explicit', got {method!r}")
+    unclipped_flags(unclipped, params)  # a bad prefix fails here, before any tracing
     size = microbatch_size(loss_fn, params, x, y, microbatch)
     if size >= x.shape[0]:
-        return _clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm, method)
+        return _clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm, method, unclipped)
     total = microbatch_sum(lambda valid, xs, ys, ms: _clipped_grad_sum(loss_fn, params, xs, ys, ms * valid,
-                                                                       clip_norm, method), size, x, y, mask)
+                                                                       clip_norm, method, unclipped), size, x, y, mask)
     return total._replace(sensitivity=jnp.asarray(clip_norm, total.sensitivity.dtype))
 
 
 def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, clip_norm, *, chunk: int,
-                              offset=0, microbatch="auto") -> ClippedSum:
+                              offset=0, microbatch="auto", unclipped=None) -> ClippedSum:
     """:func:`clipped_grad_sum` over the records a data-dependent mask selects, ``chunk`` at a time.
 
     A Poisson draw selects a random number of records; rather than clipping a padded batch of the
@@ -110,6 +135,7 @@ def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, c
       chunk: records per chunk (static int >= 1).
       offset: first row ``selected`` refers to (int, may be traced).
       microbatch: each chunk's sum taken in slices (:func:`clipped_grad_sum`).
+      unclipped: parameters summed without clipping (:func:`clipped_grad_sum`).
     Returns:
       the :class:`ClippedSum` of the selected records (``count``: how many were selected).
     """
@@ -121,7 +147,8 @@ def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, c
         start = i * chunk
         rows = jnp.minimum(offset + jax.lax.dynamic_slice(order, (start,), (chunk,)), x.shape[0] - 1)
         weights = (start + jnp.arange(chunk) < total).astype(jnp.float32)
-        part = clipped_grad_sum(loss_fn, params, x[rows], y[rows], weights, clip_norm, microbatch=microbatch)
+        part = clipped_grad_sum(loss_fn, params, x[rows], y[rows], weights, clip_norm, microbatch=microbatch,
+                                unclipped=unclipped)
         value, n, clipped = carry
         return jax.tree_util.tree_map(jnp.add, value, part.value), n + part.count, clipped + part.num_clipped
 
@@ -131,15 +158,15 @@ def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, c
     return ClippedSum(value, jnp.asarray(clip_norm, jnp.float32), n, clipped)
 
 
-def _clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, method: str) -> ClippedSum:
+def _clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, method: str, unclipped) -> ClippedSum:
     """:func:`clipped_grad_sum` of one slice, by ``method``."""
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
         return _unclipped_sum(loss_fn, params, x, y, mask)
     if method == "explicit":
-        return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
+        return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm, unclipped=unclipped)
     from jaxfl.privacy.ghost import ghost_clipped_grad_sum  # ghost builds on this module's helpers
 
-    return ghost_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
+    return ghost_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm, unclipped=unclipped)
 
 
 def _unclipped_sum(loss_fn: PerExampleLoss, params, x, y, mask) -> ClippedSum:
@@ -151,7 +178,7 @@ def _unclipped_sum(loss_fn: PerExampleLoss, params, x, y, mask) -> ClippedSum:
                       num_clipped=jnp.zeros((), jnp.float32))
 
 
-def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm) -> ClippedSum:
+def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, unclipped=None) -> ClippedSum:
     """``vmap`` of ``grad`` + per-example global-norm clipping + padding mask, summed
     (:func:`clipped_grad_sum` with ``method="explicit"``).
 
@@ -160,7 +187,11 @@ def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_
       x, y: a batch, ``[batch, ...]``.
       mask: ``[batch]`` weights, 1 on real records and 0 on padding (or a record's multiplicity).
       clip_norm: ``C``; ``inf`` for non-private training.
+      unclipped: parameters summed without clipping and left out of the norms (:func:`clipped_grad_sum`).
     """
+    flags = unclipped_flags(unclipped, params)
+    if flags is not None:
+        return _partly_clipped_sum(loss_fn, params, x, y, mask, clip_norm, flags)
     grads = per_example_grads(loss_fn, params, x, y)
     norms = _global_norms(grads)
     mask = mask.astype(norms.dtype)
@@ -173,6 +204,44 @@ def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_
     total = jax.grad(lambda p: jnp.sum(weights * jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x, y)))(params)
     return ClippedSum(
         value=total,
+        sensitivity=jnp.asarray(clip_norm, norms.dtype),
+        count=jnp.sum(mask),
+        num_clipped=jnp.sum(mask * (norms > clip_norm)),
+    )
+
+
+def split_leaves(params, flags):
+    """``(values of the leaves flagged False, of those flagged True, rebuild)``: ``rebuild(first, second)`` puts
+    two such lists back into ``params``' tree."""
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    first = [i for i, flag in enumerate(flags) if not flag]
+    second = [i for i, flag in enumerate(flags) if flag]
+
+    def rebuild(first_values, second_values):
+        merged = list(leaves)
+        for i, value in zip(first + second, list(first_values) + list(second_values)):
+            merged[i] = value
+        return jax.tree_util.tree_unflatten(treedef, merged)
+
+    return [leaves[i] for i in first], [leaves[i] for i in second], rebuild
+
+
+def _partly_clipped_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, flags) -> ClippedSum:
+    """:func:`explicit_clipped_grad_sum` with the leaves ``flags`` marks summed unclipped: per-example norms of
+    the other leaves, and one forward pass whose backward is taken twice (clipping weights / the mask)."""
+    clipped, plain, rebuild = split_leaves(params, flags)
+    losses_at = lambda c, p: jax.vmap(lambda xi, yi: loss_fn(rebuild(c, p), xi, yi))(x, y)  # noqa: E731
+    mask = jnp.asarray(mask, jnp.float32)
+    if clipped:
+        grads = jax.vmap(jax.grad(lambda c, xi, yi: loss_fn(rebuild(c, plain), xi, yi)), in_axes=(None, 0, 0))(
+            clipped, x, y)
+        norms = _global_norms(grads)
+    else:
+        norms = jnp.zeros(mask.shape, jnp.float32)
+    weights = jax.lax.stop_gradient(mask * _clip_factor(norms, clip_norm))
+    losses, backward = jax.vjp(losses_at, clipped, plain)
+    return ClippedSum(
+        value=rebuild(backward(weights.astype(losses.dtype))[0], backward(mask.astype(losses.dtype))[1]),
         sensitivity=jnp.asarray(clip_norm, norms.dtype),
         count=jnp.sum(mask),
         num_clipped=jnp.sum(mask * (norms > clip_norm)),

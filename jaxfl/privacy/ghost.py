@@ -42,7 +42,7 @@ from flax.linen.linear import canonicalize_padding, promote_dtype
 
 from jaxfl.models import conv as jaxfl_conv
 from jaxfl.privacy.clipping import (ClippedSum, PerExampleLoss, _clip_factor, _global_norms,
-                                    explicit_clipped_grad_sum, per_example_grads)
+                                    explicit_clipped_grad_sum, per_example_grads, unclipped_flags)
 
 
 class Layer(NamedTuple):
@@ -288,8 +288,9 @@ class _Pass(NamedTuple):
     rest: list              # indices of the leaves outside covered layers
 
 
-def _ghost_pass(loss_fn, params, x, y, layers) -> _Pass:
-    """The forward pass, the output-gradient backward pass, and the per-example norms."""
+def _ghost_pass(loss_fn, params, x, y, layers, flags=None) -> _Pass:
+    """The forward pass, the output-gradient backward pass, and the per-example norms (of the leaves that
+    ``flags``, :func:`jaxfl.privacy.clipping.unclipped_flags`, does not mark)."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     batch = x.shape[0]
     probes = [jnp.zeros((batch,) + layer.out_shape, jnp.float32) for layer in layers]
@@ -302,14 +303,15 @@ def _ghost_pass(loss_fn, params, x, y, layers) -> _Pass:
 
     covered = {i for layer in layers for i in (layer.kernel, layer.bias) if i is not None}
     rest = [i for i in range(len(leaves)) if i not in covered]
-    if rest:
+    rest_clipped = [i for i in rest if not (flags and flags[i])]
+    if rest_clipped:
         def loss_of_rest(values, xi, yi):
             merged = list(leaves)
-            for i, v in zip(rest, values):
+            for i, v in zip(rest_clipped, values):
                 merged[i] = v
             return loss_fn(jax.tree_util.tree_unflatten(treedef, merged), xi, yi)
 
-        grads = jax.vmap(jax.grad(loss_of_rest), in_axes=(None, 0, 0))([leaves[i] for i in rest], x, y)
+        grads = jax.vmap(jax.grad(loss_of_rest), in_axes=(None, 0, 0))([leaves[i] for i in rest_clipped], x, y)
         norms_sq = norms_sq + sum(jnp.sum(jnp.reshape(g, (batch, -1)).astype(jnp.float32) ** 2, axis=1)
                                   for g in grads)
     weighted_backward = lambda w: backward(w.astype(losses.dtype))[0]
@@ -325,7 +327,7 @@ def per_example_norms(loss_fn: PerExampleLoss, params, x, y) -> jnp.ndarray:
     return _ghost_pass(loss_fn, params, x, y, layers).norms
 
 
-def ghost_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm) -> ClippedSum:
+def ghost_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, unclipped=None) -> ClippedSum:
     """:func:`jaxfl.privacy.clipping.clipped_grad_sum` with ghost norms for the covered layers.
 
     Same arguments and result: ``sum_j mask_j min(1, C / ||g_j||) g_j`` over the batch, with ``||g_j||``
@@ -334,15 +336,27 @@ def ghost_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_nor
     covered layer's weighted sum is then one contraction of its inputs with its output gradients. Any
     parameter outside the covered layers adds a ``vmap(grad)`` for its norms and a weighted backward
     pass of the same forward for its sum. With no covered layer this is the explicit path.
+
+    ``unclipped`` (:func:`jaxfl.privacy.clipping.clipped_grad_sum`): the leaves it marks are left out of the
+    norms and summed from a backward pass of the same forward weighted by the mask alone (their layers are
+    not covered).
     """
-    layers = covered_layers(loss_fn, params, x[0], y[0])
-    if not layers:
-        return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm)
     leaves, treedef = jax.tree_util.tree_flatten(params)
-    ghost = _ghost_pass(loss_fn, params, x, y, layers)
+    flags = unclipped_flags(unclipped, params) or (False,) * len(leaves)
+    layers = [layer for layer in covered_layers(loss_fn, params, x[0], y[0])
+              if not any(flags[i] for i in (layer.kernel, layer.bias) if i is not None)]
+    if not layers:
+        return explicit_clipped_grad_sum(loss_fn, params, x, y, mask, clip_norm, unclipped=unclipped)
+    ghost = _ghost_pass(loss_fn, params, x, y, layers, flags)
     mask = mask.astype(ghost.norms.dtype)
     weights = jax.lax.stop_gradient(mask * _clip_factor(ghost.norms, clip_norm))
-    summed = jax.tree_util.tree_leaves(ghost.backward(weights)) if ghost.rest else [None] * len(leaves)
+    summed = [None] * len(leaves)
+    for weighted_by, plain in ((weights, False), (mask, True)):
+        indices = [i for i in ghost.rest if flags[i] == plain]
+        if indices:
+            cotangents = jax.tree_util.tree_leaves(ghost.backward(weighted_by))
+            for i in indices:
+                summed[i] = cotangents[i]
     for layer, (a, g), per_example in zip(layers, ghost.rows, ghost.per_example):
         for i, s in _weighted_sums(layer, a, g, per_example, weights, leaves).items():
             summed[i] = s
