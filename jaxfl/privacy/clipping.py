@@ -210,7 +210,7 @@ def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_
     )
 
 
-def split_leaves(params, flags):
+def _split_leaves(params, flags):
     """``(values of the leaves flagged False, of those flagged True, rebuild)``: ``rebuild(first, second)`` puts
     two such lists back into ``params``' tree."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
@@ -229,7 +229,7 @@ def split_leaves(params, flags):
 def _partly_clipped_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, flags) -> ClippedSum:
     """:func:`explicit_clipped_grad_sum` with the leaves ``flags`` marks summed unclipped: per-example norms of
     the other leaves, and one forward pass whose backward is taken twice (clipping weights / the mask)."""
-    clipped, plain, rebuild = split_leaves(params, flags)
+    clipped, plain, rebuild = _split_leaves(params, flags)
     losses_at = lambda c, p: jax.vmap(lambda xi, yi: loss_fn(rebuild(c, p), xi, yi))(x, y)  # noqa: E731
     mask = jnp.asarray(mask, jnp.float32)
     if clipped:
