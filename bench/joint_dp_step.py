@@ -96,8 +96,9 @@ def main(argv=None) -> int:
              "first_call_seconds": compile_seconds[form], "relative_to_one_pass": best[form] / one}
             for form in FORMS]
     for row in rows:
+        trials = ", ".join(f"{s:.3f}" for s in row["per_trial"])
         print(f"{row['form']:>22}: {row['seconds_per_round']:.3f} s per round "
-              f"({row['relative_to_one_pass']:.2f}x one pass; trials {', '.join(f'{s:.3f}' for s in row['per_trial'])})")
+              f"({row['relative_to_one_pass']:.2f}x one pass; trials {trials})")
     print(f"ratio (two passes / one pass): {two / one:.2f}")
     record = {
         "benchmark": "joint_dp_step",
