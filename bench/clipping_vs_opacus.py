@@ -28,7 +28,9 @@ ratio to Opacus-hooks is given as the weaker-baseline row, and to the faster Opa
 
 Correctness (untimed): for the MLP at batch 64 with the JAX initial weights copied into the torch model,
 the clipped gradient sums (noise off) of Opacus-hooks and jaxfl's vmap path (and Opacus-ghost, jaxfl
-ghost) are compared; the torch mirrors of the conv models are checked to give JAX's logits.
+ghost) are compared; the torch mirrors of the conv models are checked to give JAX's logits, and their clipped sums
+at batch 8 (both Opacus modes) to equal jaxfl's vmap path (this check found Opacus's LeNet-5 sums wrong on
+channels-last-strided input: :func:`to_torch`).
 
 Without torch/opacus (the ``bench`` extra) the benchmark prints one line and exits.
 
@@ -96,14 +98,7 @@ def copy_flax_params(model, params, input_shape) -> None:
     layers = [m for m in model if any(True for _ in m.parameters(recurse=False))]
     flax_layers = list(params["params"].values())            # definition order: conv1, conv2, fc1, ... / hidden, out
     assert len(layers) == len(flax_layers), (len(layers), len(flax_layers))
-    spatial = None                                           # (H, W, C) of the activation before the flatten
-    if len(input_shape) == 3:
-        h, w, c = input_shape
-        for layer in layers:
-            if isinstance(layer, torch.nn.Conv2d):
-                k = layer.kernel_size[0]
-                h, w, c = (h - k + 1) // 2, (w - k + 1) // 2, layer.out_channels
-        spatial = (h, w, c)
+    spatial = flatten_shape(layers, input_shape)
     first_dense = True
     with torch.no_grad():
         for layer, p in zip(layers, flax_layers):
@@ -119,14 +114,35 @@ def copy_flax_params(model, params, input_shape) -> None:
             layer.bias.copy_(torch.from_numpy(bias))
 
 
-def to_torch(x):
-    """A JAX/NumPy batch (NHWC for images) as a contiguous torch tensor (NCHW for images)."""
+def flatten_shape(layers, input_shape):
+    """``(H, W, C)`` of the activation the mirror flattens (its convolutions VALID, each followed by a 2x2
+    pool), or None for a model without convolutions."""
     import torch
 
-    a = np.array(x)                                          # a writable copy
+    if len(input_shape) != 3:
+        return None
+    h, w, c = input_shape
+    for layer in layers:
+        if isinstance(layer, torch.nn.Conv2d):
+            k = layer.kernel_size[0]
+            h, w, c = (h - k + 1) // 2, (w - k + 1) // 2, layer.out_channels
+    return h, w, c
+
+
+def to_torch(x):
+    """A JAX/NumPy batch (NHWC for images) as a torch tensor (NCHW for images) with the default strides.
+
+    Not ``torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2)))``: for one channel NumPy gives the
+    size-1 channel axis stride 1, which torch also reads as channels-last; the convolutions keep that layout, and
+    Opacus 1.6's per-sample gradients of the second convolution were wrong on it (their sum was not ``.grad``).
+    Results measured before this function gave the default strides (LeNet-5's rows here and in
+    bench/local_training.py, JSON sources up to 303494f) ran on that layout."""
+    import torch
+
+    a = torch.from_numpy(np.array(x))                        # a writable copy
     if a.ndim == 4:
-        a = a.transpose(0, 3, 1, 2)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        a = a.permute(0, 3, 1, 2)
+    return torch.empty(a.shape, dtype=a.dtype).copy_(a)
 
 
 def torch_criterion(classes: int):
@@ -250,10 +266,19 @@ def opacus_clipped_sum(name: str, mode: str, params, x, y):
     criterion(gsm(xb), yb).backward()
     optimizer.pre_step()                       # clip, sum, add (zero) noise; no scaling for "sum"
     layers = [m for m in model if any(True for _ in m.parameters(recurse=False))]
+    spatial = flatten_shape(layers, shape)
     out = []
     for layer in layers:
         w = layer.weight.grad.detach().numpy()
-        out += [w.transpose(2, 3, 1, 0) if w.ndim == 4 else w.T, layer.bias.grad.detach().numpy()]
+        if w.ndim == 4:
+            kernel = w.transpose(2, 3, 1, 0)
+        else:
+            kernel = w.T
+            if spatial is not None:                           # rows in (c, h, w) order -> flax's (h, w, c)
+                h, wd, c = spatial
+                kernel = kernel.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(kernel.shape)
+                spatial = None
+        out += [kernel, layer.bias.grad.detach().numpy()]
     return out
 
 
@@ -290,17 +315,22 @@ def correctness() -> dict:
                   opacus_clipped_sum(name, "ghost", params, x, y), reference)}
     ghost = clipped_grad_sum(jax_loss(name), params, x, y, mask, CLIP)
     result["relative_error_jaxfl_ghost_vs_jaxfl_vmap"] = relative_error(flax_layout(ghost.value), reference)
-    mirrors = {}
+    mirrors, conv_sums = {}, {}
     for conv_name in ("cifar", "lenet5"):
         conv_module, conv_shape, _ = MODELS[conv_name]
         conv_params = nets.init_params(conv_module, jax.random.PRNGKey(0), conv_shape)
-        xc = make_batches(conv_name, 8, 1)[0][0]
+        xc, yc = (a[0] for a in make_batches(conv_name, 8, 1))
         model = torch_model(conv_name)
         copy_flax_params(model, conv_params, conv_shape)
         with torch.no_grad():
             logits = model(to_torch(xc)).numpy()
         mirrors[conv_name] = relative_error([logits], [np.asarray(conv_module.apply(conv_params, xc))])
+        conv_reference = flax_layout(explicit_clipped_grad_sum(jax_loss(conv_name), conv_params, xc, yc,
+                                                               jnp.ones((8,), jnp.float32), CLIP).value)
+        conv_sums[conv_name] = {mode: relative_error(opacus_clipped_sum(conv_name, mode, conv_params, xc, yc),
+                                                     conv_reference) for mode in ("hooks", "ghost")}
     result["torch_mirror_logits_relative_error"] = mirrors
+    result["conv_clipped_sum_relative_error_opacus_vs_jaxfl_vmap"] = conv_sums
     result["note"] = ("relative error = ||a - b|| / ||b|| over all parameters; Opacus clips by min(1, C / (norm + "
                       "1e-6)), jaxfl by min(1, C / norm)")
     return result
@@ -338,7 +368,10 @@ def main(argv=None) -> int:
           f"jaxfl-vmap {check['relative_error_opacus_ghost_vs_jaxfl_vmap']:.2e}"
           + f", jaxfl-ghost vs jaxfl-vmap {check['relative_error_jaxfl_ghost_vs_jaxfl_vmap']:.2e}"
           + "; torch mirrors' logits " + ", ".join(f"{k} {v:.1e}" for k, v in
-                                                   check["torch_mirror_logits_relative_error"].items()), flush=True)
+                                                   check["torch_mirror_logits_relative_error"].items())
+          + "; conv models' clipped sums (batch 8), Opacus vs jaxfl-vmap " + ", ".join(
+              f"{k} {mode} {v:.1e}" for k, modes in check["conv_clipped_sum_relative_error_opacus_vs_jaxfl_vmap"]
+              .items() for mode, v in modes.items()), flush=True)
 
     jax_methods = {"jaxfl vmap": explicit_clipped_grad_sum, "jaxfl unsliced": functools.partial(
         clipped_grad_sum, microbatch=None), "jaxfl ghost": clipped_grad_sum}

@@ -12,19 +12,34 @@ clip 15), ``--silos`` silos vmapped, timed interleaved (each round best of ``--r
 - ``joint DP, one pass``: the paper's joint DP as jaxfl runs it;
 - ``joint DP, two passes``: the same step with the private gradient from its own forward pass
   (``shared_gradient_at="initial"``: the same computation's cost, the form joint DP took before df85f53);
-- ``full DP``: every parameter shared, clipped and noised (``noise_on="all"``), for scale.
+- ``full DP``: every parameter shared, clipped and noised (``noise_on="all"``), for scale;
+- ``PyTorch + Opacus hooks``: the same round as a PyTorch user would write it with Opacus: a loop over the silos
+  and their local steps on a mirror of the CNN (:func:`torch_two_head_cnn`, the flax weights copied in) wrapped in
+  ``opacus.GradSampleModule``; one forward and backward pass per step on the Poisson-sampled records gives the
+  per-sample gradients of the shared layers (clipped by their joint norm, summed, Gaussian noise added) and the
+  private ``fc1``'s plain ``.grad`` (Opacus also computes ``fc1``'s per-sample gradients, unused: its hooks cover
+  every trainable layer); SGD on both, then the shared deltas averaged;
+- ``PyTorch torch.func``: the same loop with ``vmap(grad(...))`` over the sampled records (``torch.func``), the
+  private layer's per-example gradients summed.
 
-``ratio`` = two passes / one pass. The data are random images (timing does not depend on the pixels). Not
-measured: a PyTorch/Opacus joint-DP step (one backward pass could give Opacus's per-sample gradients of the
-shared layers beside the private layer's plain ``.grad``); no such baseline is built yet.
+``ratio`` = the faster PyTorch round / jaxfl's one-pass round (``one_pass_speedup`` = two passes / one pass),
+each the best of ``--repeats`` calls over interleaved trials; PyTorch runs with
+``torch.set_num_threads(os.cpu_count())`` and JAX on all cores. The data are random images (timing does not
+depend on the pixels). Correctness (untimed): on one silo's 16 records at clip 1 (most records clipped), both
+PyTorch forms' clipped shared sum and plain private sum equal :func:`jaxfl.privacy.clipping.clipped_grad_sum`
+with ``unclipped`` marking ``fc1`` (max abs difference in the JSON). Without torch/opacus (the ``bench`` extra)
+only the jaxfl rows run and ``ratio`` is the one-pass speedup.
 
-Usage: python bench/joint_dp_step.py [--silos 16] [--repeats 5] [--trials 3] [--out bench/results/joint_dp_step.json]
+Usage: python bench/joint_dp_step.py [--silos 16] [--repeats 5] [--trials 3] [--no-torch]
+       [--out bench/results/joint_dp_step.json]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -37,8 +52,11 @@ from jaxfl.data.federated import from_silos
 from jaxfl.engine import initial_state, run_rounds
 from jaxfl.experiments.report import cpu_model, environment, write_benchmark
 from jaxfl.models import nets
+from jaxfl.privacy.clipping import clipped_grad_sum
 
-RECORDS, LOCAL_STEPS, RATE, CHUNK, CLIP, NOISE = 39, 5, 0.8192, 40, 15.0, 1.0
+RECORDS, LOCAL_STEPS, RATE, CHUNK, CLIP, NOISE, LR = 39, 5, 0.8192, 40, 15.0, 1.0, 0.05
+MISSING_EXTRA = "needs torch and opacus: pip install -e '.[bench]'"
+TORCH_FORMS = ("PyTorch + Opacus hooks", "PyTorch torch.func")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,22 +71,204 @@ FORMS = {
 }
 
 
+def silo_data(silos: int, seed: int = 0) -> list:
+    """``silos`` pairs ``(x: [RECORDS, 28, 28, 1] float32, y: [RECORDS] int32)`` of random images."""
+    rng = np.random.default_rng(seed)  # host-rng-ok: synthetic benchmark data
+    return [(rng.standard_normal((RECORDS,) + nets.IMAGE28_INPUT_SHAPE).astype(np.float32),
+             rng.integers(0, 10, RECORDS).astype(np.int32)) for _ in range(silos)]
+
+
+def initial_params(seed: int = 0):
+    return nets.TwoHeadCNN().init(jax.random.PRNGKey(seed), jnp.zeros((1,) + nets.IMAGE28_INPUT_SHAPE))
+
+
 def program(form: str, silos: int, seed: int = 0):
     """``(run, state)``: one compiled round of ``form`` on ``silos`` silos of random images."""
-    rng = np.random.default_rng(seed)  # host-rng-ok: synthetic benchmark data
-    data = from_silos([(rng.standard_normal((RECORDS,) + nets.IMAGE28_INPUT_SHAPE).astype(np.float32),
-                        rng.integers(0, 10, RECORDS).astype(np.int32)) for _ in range(silos)])
-    alg = personalized(nets.two_head_loss, client_opt=optax.sgd(0.05), local_steps=LOCAL_STEPS, sampling_rate=RATE,
+    data = from_silos(silo_data(silos, seed))
+    alg = personalized(nets.two_head_loss, client_opt=optax.sgd(LR), local_steps=LOCAL_STEPS, sampling_rate=RATE,
                        chunk=CHUNK, clip_norm=CLIP, noise_multiplier=NOISE, **FORMS[form])
-    params = nets.TwoHeadCNN().init(jax.random.PRNGKey(seed), jnp.zeros((1,) + nets.IMAGE28_INPUT_SHAPE))
-    state = initial_state(alg, params, data.num_silos)
+    state = initial_state(alg, initial_params(seed), data.num_silos)
     run = jax.jit(lambda s: run_rounds(alg, s, data, jax.random.key(seed), 0, 1)[0])
     return run, state
 
 
-def timed(run, state) -> float:
+# ------------------------------------------------------------------------------------------------
+# PyTorch baselines
+
+
+def torch_two_head_cnn():
+    """The PyTorch mirror of :class:`jaxfl.models.TwoHeadCNN` (NCHW input, CHW flatten)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class TwoHeadCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(1, 16, 5, padding=2), nn.Conv2d(16, 32, 5, padding=2)
+            self.fc1, self.fc2 = nn.Linear(1568, 10), nn.Linear(1568, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+            x = torch.flatten(F.max_pool2d(F.relu(self.conv2(x)), 2), 1)
+            return 0.5 * (self.fc1(x) + self.fc2(x))
+
+    return TwoHeadCNN()
+
+
+def _flax_to_torch(name: str, kernel: np.ndarray) -> np.ndarray:
+    """A flax kernel as the torch weight: HWIO -> OIHW for the convolutions; for the heads, rows from flax's
+    (h, w, c) flatten to torch's (c, h, w), transposed."""
+    if name.startswith("conv"):
+        return kernel.transpose(3, 2, 0, 1)
+    return kernel.reshape(7, 7, 32, 10).transpose(2, 0, 1, 3).reshape(1568, 10).T
+
+
+def _torch_to_flax(name: str, weight: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_flax_to_torch`."""
+    if name.startswith("conv"):
+        return weight.transpose(2, 3, 1, 0)
+    return weight.T.reshape(32, 7, 7, 10).transpose(1, 2, 0, 3).reshape(1568, 10)
+
+
+def _flax_layer(params, name: str) -> dict:
+    layer = params["params"][name]
+    return layer if name.startswith("conv") else layer["dense0"]
+
+
+def copy_flax_params(model, params) -> None:
+    """Copies the flax :class:`jaxfl.models.TwoHeadCNN` ``params`` into :func:`torch_two_head_cnn` in place."""
+    import torch
+
+    with torch.no_grad():
+        for name in ("conv1", "conv2", "fc1", "fc2"):
+            layer, flax_layer = getattr(model, name), _flax_layer(params, name)
+            weight = _flax_to_torch(name, np.asarray(flax_layer["kernel"]))
+            layer.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
+            layer.bias.copy_(torch.from_numpy(np.array(flax_layer["bias"])))
+
+
+def torch_step_sums(mode: str, model, forward, x, y, clip: float):
+    """One step's sums at ``model``'s parameters over the records ``x: [b, 1, 28, 28]``, ``y: [b]``:
+    ``({name: clipped per-sample gradient sum of a shared parameter}, {name: plain gradient sum of fc1's})``.
+    ``mode``: ``"opacus"`` (``forward`` is the ``GradSampleModule``) or ``"func"`` (``torch.func``)."""
+    import torch
+    from torch.nn import functional as F
+
+    named = dict(model.named_parameters())
+    private = {name for name in named if name.startswith("fc1.")}
+    if mode == "opacus":
+        forward.zero_grad(set_to_none=True)
+        F.cross_entropy(forward(x), y, reduction="sum").backward()
+        per_sample = {name: p.grad_sample for name, p in named.items() if name not in private}
+        plain = {name: named[name].grad for name in private}
+    else:
+        from torch.func import functional_call, grad, vmap
+
+        def loss_one(shared, own, xj, yj):
+            return F.cross_entropy(functional_call(model, (shared, own), (xj[None],)), yj[None])
+
+        shared = {name: p.detach() for name, p in named.items() if name not in private}
+        own = {name: named[name].detach() for name in private}
+        per_sample, own_per_sample = vmap(grad(loss_one, argnums=(0, 1)), in_dims=(None, None, 0, 0))(
+            shared, own, x, y)
+        plain = {name: g.sum(0) for name, g in own_per_sample.items()}
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_sample.values()))
+    factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+    clipped = {name: torch.einsum("i,i...->...", factor, g) for name, g in per_sample.items()}
+    return clipped, plain
+
+
+def torch_round(mode: str, silos: int, seed: int = 0):
+    """A zero-argument callable running one joint-DP round in PyTorch (see the module docstring): each silo
+    from the global shared layers and its own ``fc1``, ``LOCAL_STEPS`` Poisson-sampled DP-SGD steps, then the
+    global shared layers += the silos' mean delta."""
+    import torch
+
+    model = torch_two_head_cnn()
+    copy_flax_params(model, initial_params(seed))
+    forward = model
+    if mode == "opacus":
+        from opacus import GradSampleModule
+        forward = GradSampleModule(model, loss_reduction="sum")
+    xs = [(to_nchw(x), torch.from_numpy(y).long()) for x, y in silo_data(silos, seed)]
+    named = dict(model.named_parameters())
+    shared_names = [name for name in named if not name.startswith("fc1.")]
+    global_shared = {name: named[name].detach().clone() for name in shared_names}
+    own = [{name: p.detach().clone() for name, p in named.items() if name.startswith("fc1.")}
+           for _ in range(silos)]
+    generator = torch.Generator().manual_seed(seed)
+    denominator = RATE * RECORDS
+
+    def run():
+        total_delta = {name: torch.zeros_like(p) for name, p in global_shared.items()}
+        for silo, (x, y) in enumerate(xs):
+            with torch.no_grad():
+                for name, p in named.items():
+                    p.copy_(global_shared[name] if name in global_shared else own[silo][name])
+            for _ in range(LOCAL_STEPS):
+                sampled = torch.rand(RECORDS, generator=generator) < RATE
+                clipped, plain = torch_step_sums(mode, model, forward, x[sampled], y[sampled], CLIP)
+                with torch.no_grad():
+                    for name, g in clipped.items():
+                        noise = torch.randn(g.shape, generator=generator)
+                        named[name].sub_(LR * (g + NOISE * CLIP * noise) / denominator)
+                    for name, g in plain.items():
+                        named[name].sub_(LR * g / denominator)
+            with torch.no_grad():
+                for name in shared_names:
+                    total_delta[name] += named[name] - global_shared[name]
+                own[silo] = {name: named[name].detach().clone() for name in own[silo]}
+        for name in shared_names:
+            global_shared[name] += total_delta[name] / silos
+
+    return run
+
+
+def to_nchw(x: np.ndarray):
+    """``x: [n, 28, 28, 1]`` as torch ``[n, 1, 28, 28]`` with the default strides
+    (``bench/clipping_vs_opacus.py``'s ``to_torch``: channels-last strides made Opacus's ``conv2`` sums wrong)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import clipping_vs_opacus
+    return clipping_vs_opacus.to_torch(x)
+
+
+def torch_correctness(records: int = 16, clip: float = 1.0) -> dict:
+    """Max abs differences between each PyTorch form's step sums and jaxfl's ``clipped_grad_sum`` (``fc1``
+    unclipped) on silo 0's first ``records`` records at ``clip``, and how many records were clipped."""
+    import torch
+
+    params = initial_params()
+    x, y = silo_data(1)[0]
+    x, y = x[:records], y[:records]
+    unclipped = {"params": {"conv1": False, "conv2": False, "fc1": True, "fc2": False}}
+    ours = clipped_grad_sum(nets.two_head_loss, params, jnp.asarray(x), jnp.asarray(y), jnp.ones(records), clip,
+                            unclipped=unclipped)
+    result = {"records": records, "clip_norm": clip, "jaxfl_num_clipped": float(ours.num_clipped)}
+    for mode, label in zip(("opacus", "func"), TORCH_FORMS):
+        model = torch_two_head_cnn()
+        copy_flax_params(model, params)
+        forward = model
+        if mode == "opacus":
+            from opacus import GradSampleModule
+            forward = GradSampleModule(model, loss_reduction="sum")
+        clipped, plain = torch_step_sums(mode, model, forward, to_nchw(x), torch.from_numpy(y).long(), clip)
+        diff = 0.0
+        for name, g in {**clipped, **plain}.items():
+            layer, kind = name.split(".")
+            flax_layer = _flax_layer(ours.value, layer)
+            if kind == "weight":
+                theirs, mine = _torch_to_flax(layer, g.detach().numpy()), np.asarray(flax_layer["kernel"])
+            else:
+                theirs, mine = g.detach().numpy(), np.asarray(flax_layer["bias"])
+            diff = max(diff, float(np.max(np.abs(theirs - mine))))
+        result[label] = diff
+    return result
+
+
+def timed(run) -> float:
     t0 = time.perf_counter()
-    jax.block_until_ready(run(state))
+    run()
     return time.perf_counter() - t0
 
 
@@ -77,41 +277,64 @@ def main(argv=None) -> int:
     parser.add_argument("--silos", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--trials", type=int, default=3, help="interleaved passes over the forms")
+    parser.add_argument("--no-torch", action="store_true", help="only the jaxfl rows")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "joint_dp_step.json"))
     args = parser.parse_args(argv)
-    programs, compile_seconds = {}, {}
-    for form in FORMS:
-        run, state = program(form, args.silos)
-        compile_seconds[form] = timed(run, state)
-        programs[form] = (run, state)
-    best = {form: float("inf") for form in FORMS}
-    per_trial = {form: [] for form in FORMS}
+    runs = {form: (lambda run, state: lambda: jax.block_until_ready(run(state)))(*program(form, args.silos))
+            for form in FORMS}
+    check = None
+    if not args.no_torch:
+        try:
+            import opacus  # noqa: F401
+            import torch
+        except ImportError as exc:
+            print(f"joint_dp_step: PyTorch rows skipped, {exc.name} is not installed ({MISSING_EXTRA})")
+        else:
+            torch.set_num_threads(os.cpu_count())
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            check = torch_correctness()
+            print("correctness (max abs difference from jaxfl's sums): "
+                  + ", ".join(f"{label} {check[label]:.2e}" for label in TORCH_FORMS))
+            runs.update({label: torch_round(mode, args.silos)
+                         for mode, label in zip(("opacus", "func"), TORCH_FORMS)})
+    compile_seconds = {form: timed(run) for form, run in runs.items()}
+    best = {form: float("inf") for form in runs}
+    per_trial = {form: [] for form in runs}
     for _ in range(args.trials):
-        for form, (run, state) in programs.items():
-            seconds = min(timed(run, state) for _ in range(args.repeats))
+        for form, run in runs.items():
+            seconds = min(timed(run) for _ in range(args.repeats))
             per_trial[form].append(seconds)
             best[form] = min(best[form], seconds)
     one, two = best["joint DP, one pass"], best["joint DP, two passes"]
     rows = [{"form": form, "seconds_per_round": best[form], "per_trial": per_trial[form],
              "first_call_seconds": compile_seconds[form], "relative_to_one_pass": best[form] / one}
-            for form in FORMS]
+            for form in runs]
     for row in rows:
         trials = ", ".join(f"{s:.3f}" for s in row["per_trial"])
         print(f"{row['form']:>22}: {row['seconds_per_round']:.3f} s per round "
               f"({row['relative_to_one_pass']:.2f}x one pass; trials {trials})")
-    print(f"ratio (two passes / one pass): {two / one:.2f}")
+    torch_rows = [form for form in TORCH_FORMS if form in best]
+    strongest = min(torch_rows, key=best.get) if torch_rows else None
+    print(f"one-pass speedup (two passes / one pass): {two / one:.2f}")
+    if strongest:
+        print(f"ratio ({strongest} / jaxfl one pass): {best[strongest] / one:.2f}")
     record = {
         "benchmark": "joint_dp_step",
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "device": jax.default_backend()},
         "environment": environment(),
-        "ratio": two / one,
-        "baseline": ("the same joint-DP round with the private head's gradient from a second forward pass (jaxfl's "
-                     "form before df85f53; what shared_gradient_at='initial' runs); ratio = its seconds / the "
-                     "one-pass round's, best of repeats over interleaved trials. No PyTorch/Opacus joint-DP "
-                     "baseline is built"),
+        "ratio": best[strongest] / one if strongest else two / one,
+        "baseline": (f"{strongest}: the same joint-DP round in PyTorch (the faster of Opacus GradSampleModule hooks "
+                     "and torch.func vmap(grad), a Python loop over silos and local steps); ratio = its seconds / "
+                     "jaxfl's one-pass round's, best of repeats over interleaved trials" if strongest else
+                     "torch/opacus not installed: ratio = the two-pass round's seconds / the one-pass round's"),
+        "one_pass_speedup": two / one,
+        "one_pass_speedup_baseline": ("the same joint-DP round with the private head's gradient from a second "
+                                      "forward pass (jaxfl's form before df85f53; what shared_gradient_at='initial' "
+                                      "runs)"),
+        "correctness": check,
         "setting": {"model": "TwoHeadCNN", "silos": args.silos, "records_per_silo": RECORDS,
                     "local_steps": LOCAL_STEPS, "sampling_rate": RATE, "chunk": CHUNK, "clip_norm": CLIP,
-                    "noise_multiplier": NOISE, "repeats": args.repeats, "trials": args.trials},
+                    "noise_multiplier": NOISE, "learning_rate": LR, "repeats": args.repeats, "trials": args.trials},
         "rows": rows,
     }
     print(f"wrote {write_benchmark(record, args.out)}")
