@@ -25,7 +25,7 @@ clip 15), ``--silos`` silos vmapped, timed interleaved (each round best of ``--r
 ``ratio`` = the faster PyTorch round / jaxfl's one-pass round (``one_pass_speedup`` = two passes / one pass),
 each the best of ``--repeats`` calls over interleaved trials; PyTorch runs with
 ``torch.set_num_threads(os.cpu_count())`` and JAX on all cores. The data are random images (timing does not
-depend on the pixels). Correctness (untimed): on one silo's 16 records at clip 1 (most records clipped), both
+depend on the pixels). Correctness (untimed): on one silo's 16 records at clip 1 (every record clipped there), both
 PyTorch forms' clipped shared sum and plain private sum equal :func:`jaxfl.privacy.clipping.clipped_grad_sum`
 with ``unclipped`` marking ``fc1`` (max abs difference in the JSON). Without torch/opacus (the ``bench`` extra)
 only the jaxfl rows run and ``ratio`` is the one-pass speedup.
