@@ -45,8 +45,8 @@ BENCHMARKS: dict[str, str] = {
                    "rounds/s of dprec/mnist",
     "async_clients": "seed 003's asynchronous protocol with 16..4096 simulated clients: compiled slices vs "
                      "NumPy on the same timeline",
-    "joint_dp_step": "seed 001's joint-DP round (TwoHeadCNN, fc1 private): shared noisy and private plain "
-                     "gradients from one forward pass vs two",
+    "joint_dp_step": "seed 001's joint-DP round (TwoHeadCNN, fc1 private) vs the same round in PyTorch (Opacus "
+                     "hooks, torch.func), and in one forward pass vs two",
     "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine "
                "(no timing)",
 }
