@@ -99,19 +99,34 @@ def copy_flax_params(model, params, input_shape) -> None:
     flax_layers = list(params["params"].values())            # definition order: conv1, conv2, fc1, ... / hidden, out
     assert len(layers) == len(flax_layers), (len(layers), len(flax_layers))
     spatial = flatten_shape(layers, input_shape)
-    first_dense = True
     with torch.no_grad():
         for layer, p in zip(layers, flax_layers):
-            kernel, bias = np.array(p["kernel"]), np.array(p["bias"])    # writable copies
-            if isinstance(layer, torch.nn.Conv2d):
-                weight = kernel.transpose(3, 2, 0, 1)        # HWIO -> OIHW
-            else:
-                if first_dense and spatial is not None:      # rows in (h, w, c) order -> (c, h, w)
-                    kernel = kernel.reshape(*spatial, -1).transpose(2, 0, 1, 3).reshape(kernel.shape)
-                first_dense = False
-                weight = kernel.T
+            weight = kernel_to_torch(np.asarray(p["kernel"]), spatial)
+            spatial = spatial if weight.ndim == 4 else None  # only the first dense layer takes the flatten
             layer.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
-            layer.bias.copy_(torch.from_numpy(bias))
+            layer.bias.copy_(torch.from_numpy(np.array(p["bias"])))
+
+
+def kernel_to_torch(kernel: np.ndarray, spatial=None) -> np.ndarray:
+    """A flax kernel as the torch weight: HWIO -> OIHW for a convolution; for a dense layer its transpose, with
+    the rows first permuted from flax's (h, w, c) flatten to torch's (c, h, w) when ``spatial = (H, W, C)`` (the
+    shape the model flattens before this layer)."""
+    if kernel.ndim == 4:
+        return kernel.transpose(3, 2, 0, 1)
+    if spatial is not None:
+        kernel = kernel.reshape(*spatial, -1).transpose(2, 0, 1, 3).reshape(kernel.shape)
+    return kernel.T
+
+
+def kernel_from_torch(weight: np.ndarray, spatial=None) -> np.ndarray:
+    """The inverse of :func:`kernel_to_torch`: a torch weight (or its gradient) in the flax kernel's layout."""
+    if weight.ndim == 4:
+        return weight.transpose(2, 3, 1, 0)
+    kernel = weight.T
+    if spatial is not None:
+        h, w, c = spatial
+        kernel = kernel.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(kernel.shape)
+    return kernel
 
 
 def flatten_shape(layers, input_shape):
@@ -270,15 +285,8 @@ def opacus_clipped_sum(name: str, mode: str, params, x, y):
     out = []
     for layer in layers:
         w = layer.weight.grad.detach().numpy()
-        if w.ndim == 4:
-            kernel = w.transpose(2, 3, 1, 0)
-        else:
-            kernel = w.T
-            if spatial is not None:                           # rows in (c, h, w) order -> flax's (h, w, c)
-                h, wd, c = spatial
-                kernel = kernel.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(kernel.shape)
-                spatial = None
-        out += [kernel, layer.bias.grad.detach().numpy()]
+        out += [kernel_from_torch(w, spatial), layer.bias.grad.detach().numpy()]
+        spatial = spatial if w.ndim == 4 else None
     return out
 
 

@@ -23,7 +23,10 @@ clip 15), ``--silos`` silos vmapped, timed interleaved (each round best of ``--r
   private layer's per-example gradients summed.
 
 ``ratio`` = the faster PyTorch round / jaxfl's one-pass round (``one_pass_speedup`` = two passes / one pass),
-each the best of ``--repeats`` calls over interleaved trials; PyTorch runs with
+each the best of ``--repeats`` calls over interleaved trials. ``gradient_rows`` splits the ratio in two: the
+records whose gradients a round takes (jaxfl: every silo's whole chunk, since the vmapped loop over chunks runs
+to the largest silo's sample and the chunk covers all 39 records; PyTorch: the sampled records only, expected
+``silos x steps x 39 x rate``) and ``per_row_ratio``, the same ratio per such record; PyTorch runs with
 ``torch.set_num_threads(os.cpu_count())`` and JAX on all cores. The data are random images (timing does not
 depend on the pixels). Correctness (untimed): on one silo's 16 records at clip 1 (every record clipped there), both
 PyTorch forms' clipped shared sum and plain private sum equal :func:`jaxfl.privacy.clipping.clipped_grad_sum`
@@ -58,6 +61,10 @@ RECORDS, LOCAL_STEPS, RATE, CHUNK, CLIP, NOISE, LR = 39, 5, 0.8192, 40, 15.0, 1.
 MISSING_EXTRA = "needs torch and opacus: pip install -e '.[bench]'"
 TORCH_FORMS = ("PyTorch + Opacus hooks", "PyTorch torch.func")
 ROOT = Path(__file__).resolve().parents[1]
+FLATTEN = (7, 7, 32)  # (H, W, C) the CNN flattens before both heads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run by path (jaxfl bench): its sibling as a module
+import clipping_vs_opacus  # noqa: E402  (torch mirrors' conversions; imports torch only when called)
 
 
 def _shared_unless_fc1(path, leaf) -> bool:
@@ -116,21 +123,6 @@ def torch_two_head_cnn():
     return TwoHeadCNN()
 
 
-def _flax_to_torch(name: str, kernel: np.ndarray) -> np.ndarray:
-    """A flax kernel as the torch weight: HWIO -> OIHW for the convolutions; for the heads, rows from flax's
-    (h, w, c) flatten to torch's (c, h, w), transposed."""
-    if name.startswith("conv"):
-        return kernel.transpose(3, 2, 0, 1)
-    return kernel.reshape(7, 7, 32, 10).transpose(2, 0, 1, 3).reshape(1568, 10).T
-
-
-def _torch_to_flax(name: str, weight: np.ndarray) -> np.ndarray:
-    """The inverse of :func:`_flax_to_torch`."""
-    if name.startswith("conv"):
-        return weight.transpose(2, 3, 1, 0)
-    return weight.T.reshape(32, 7, 7, 10).transpose(1, 2, 0, 3).reshape(1568, 10)
-
-
 def _flax_layer(params, name: str) -> dict:
     layer = params["params"][name]
     return layer if name.startswith("conv") else layer["dense0"]
@@ -143,9 +135,20 @@ def copy_flax_params(model, params) -> None:
     with torch.no_grad():
         for name in ("conv1", "conv2", "fc1", "fc2"):
             layer, flax_layer = getattr(model, name), _flax_layer(params, name)
-            weight = _flax_to_torch(name, np.asarray(flax_layer["kernel"]))
+            weight = clipping_vs_opacus.kernel_to_torch(np.asarray(flax_layer["kernel"]), FLATTEN)
             layer.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
             layer.bias.copy_(torch.from_numpy(np.array(flax_layer["bias"])))
+
+
+def torch_mirror(mode: str, params):
+    """``(model, forward)``: :func:`torch_two_head_cnn` holding flax ``params``, and what a step calls: the model
+    itself (``mode="func"``) or its Opacus ``GradSampleModule`` (``mode="opacus"``, ``loss_reduction="sum"``)."""
+    model = torch_two_head_cnn()
+    copy_flax_params(model, params)
+    if mode != "opacus":
+        return model, model
+    from opacus import GradSampleModule
+    return model, GradSampleModule(model, loss_reduction="sum")
 
 
 def torch_step_sums(mode: str, model, forward, x, y, clip: float):
@@ -185,13 +188,9 @@ def torch_round(mode: str, silos: int, seed: int = 0):
     global shared layers += the silos' mean delta."""
     import torch
 
-    model = torch_two_head_cnn()
-    copy_flax_params(model, initial_params(seed))
-    forward = model
-    if mode == "opacus":
-        from opacus import GradSampleModule
-        forward = GradSampleModule(model, loss_reduction="sum")
-    xs = [(to_nchw(x), torch.from_numpy(y).long()) for x, y in silo_data(silos, seed)]
+    model, forward = torch_mirror(mode, initial_params(seed))
+    # default strides: channels-last ones made Opacus's conv2 sums wrong (clipping_vs_opacus.to_torch)
+    xs = [(clipping_vs_opacus.to_torch(x), torch.from_numpy(y).long()) for x, y in silo_data(silos, seed)]
     named = dict(model.named_parameters())
     shared_names = [name for name in named if not name.startswith("fc1.")]
     global_shared = {name: named[name].detach().clone() for name in shared_names}
@@ -225,14 +224,6 @@ def torch_round(mode: str, silos: int, seed: int = 0):
     return run
 
 
-def to_nchw(x: np.ndarray):
-    """``x: [n, 28, 28, 1]`` as torch ``[n, 1, 28, 28]`` with the default strides
-    (``bench/clipping_vs_opacus.py``'s ``to_torch``: channels-last strides made Opacus's ``conv2`` sums wrong)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import clipping_vs_opacus
-    return clipping_vs_opacus.to_torch(x)
-
-
 def torch_correctness(records: int = 16, clip: float = 1.0) -> dict:
     """Max abs differences between each PyTorch form's step sums and jaxfl's ``clipped_grad_sum`` (``fc1``
     unclipped) on silo 0's first ``records`` records at ``clip``, and how many records were clipped."""
@@ -246,19 +237,16 @@ def torch_correctness(records: int = 16, clip: float = 1.0) -> dict:
                             unclipped=unclipped)
     result = {"records": records, "clip_norm": clip, "jaxfl_num_clipped": float(ours.num_clipped)}
     for mode, label in zip(("opacus", "func"), TORCH_FORMS):
-        model = torch_two_head_cnn()
-        copy_flax_params(model, params)
-        forward = model
-        if mode == "opacus":
-            from opacus import GradSampleModule
-            forward = GradSampleModule(model, loss_reduction="sum")
-        clipped, plain = torch_step_sums(mode, model, forward, to_nchw(x), torch.from_numpy(y).long(), clip)
+        model, forward = torch_mirror(mode, params)
+        clipped, plain = torch_step_sums(mode, model, forward, clipping_vs_opacus.to_torch(x),
+                                         torch.from_numpy(y).long(), clip)
         diff = 0.0
         for name, g in {**clipped, **plain}.items():
             layer, kind = name.split(".")
             flax_layer = _flax_layer(ours.value, layer)
             if kind == "weight":
-                theirs, mine = _torch_to_flax(layer, g.detach().numpy()), np.asarray(flax_layer["kernel"])
+                theirs = clipping_vs_opacus.kernel_from_torch(g.detach().numpy(), FLATTEN)
+                mine = np.asarray(flax_layer["kernel"])
             else:
                 theirs, mine = g.detach().numpy(), np.asarray(flax_layer["bias"])
             diff = max(diff, float(np.max(np.abs(theirs - mine))))
@@ -306,18 +294,24 @@ def main(argv=None) -> int:
             per_trial[form].append(seconds)
             best[form] = min(best[form], seconds)
     one, two = best["joint DP, one pass"], best["joint DP, two passes"]
-    rows = [{"form": form, "seconds_per_round": best[form], "per_trial": per_trial[form],
-             "first_call_seconds": compile_seconds[form], "relative_to_one_pass": best[form] / one}
-            for form in runs]
-    for row in rows:
+    assert RECORDS <= CHUNK  # one chunk per step: every silo's gradients cover CHUNK rows
+    rows = {"jaxfl": args.silos * LOCAL_STEPS * CHUNK,
+            "PyTorch (expected)": args.silos * LOCAL_STEPS * RECORDS * RATE}
+    table = [{"form": form, "seconds_per_round": best[form], "per_trial": per_trial[form],
+              "first_call_seconds": compile_seconds[form], "relative_to_one_pass": best[form] / one}
+             for form in runs]
+    for row in table:
         trials = ", ".join(f"{s:.3f}" for s in row["per_trial"])
         print(f"{row['form']:>22}: {row['seconds_per_round']:.3f} s per round "
               f"({row['relative_to_one_pass']:.2f}x one pass; trials {trials})")
     torch_rows = [form for form in TORCH_FORMS if form in best]
     strongest = min(torch_rows, key=best.get) if torch_rows else None
     print(f"one-pass speedup (two passes / one pass): {two / one:.2f}")
+    per_row_ratio = None
     if strongest:
-        print(f"ratio ({strongest} / jaxfl one pass): {best[strongest] / one:.2f}")
+        per_row_ratio = (best[strongest] / rows["PyTorch (expected)"]) / (one / rows["jaxfl"])
+        print(f"ratio ({strongest} / jaxfl one pass): {best[strongest] / one:.2f}; gradient rows per round: jaxfl "
+              f"{rows['jaxfl']}, PyTorch {rows['PyTorch (expected)']:.0f} expected; per row: {per_row_ratio:.2f}")
     record = {
         "benchmark": "joint_dp_step",
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "device": jax.default_backend()},
@@ -331,11 +325,16 @@ def main(argv=None) -> int:
         "one_pass_speedup_baseline": ("the same joint-DP round with the private head's gradient from a second "
                                       "forward pass (jaxfl's form before df85f53; what shared_gradient_at='initial' "
                                       "runs)"),
+        "gradient_rows": {"per_round": rows, "per_row_ratio": per_row_ratio,
+                          "note": "records whose gradients one round takes: jaxfl every silo's chunk of "
+                                  f"{CHUNK} (>= its {RECORDS} records; the vmapped loop runs to the largest "
+                                  "sample), PyTorch the Poisson-sampled ones (expectation); per_row_ratio = "
+                                  "the ratio with each round's seconds divided by its rows"},
         "correctness": check,
         "setting": {"model": "TwoHeadCNN", "silos": args.silos, "records_per_silo": RECORDS,
                     "local_steps": LOCAL_STEPS, "sampling_rate": RATE, "chunk": CHUNK, "clip_norm": CLIP,
                     "noise_multiplier": NOISE, "learning_rate": LR, "repeats": args.repeats, "trials": args.trials},
-        "rows": rows,
+        "rows": table,
     }
     print(f"wrote {write_benchmark(record, args.out)}")
     return 0

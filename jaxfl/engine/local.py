@@ -220,15 +220,7 @@ def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm,
                          microbatch="auto"):
     """``(sum_j w_j clip(g_j, C) + N(0, (z C)^2 I)) / batch.denominator`` for a given minibatch (the
     part of :func:`noisy_gradient` after sampling; for samplers that need more than a step key)."""
-    unit_noise = unit_noise_like(noise_key, params, noise_multiplier)
-    return _privatize(loss_fn, params, batch, unit_noise, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
-                      microbatch=microbatch)
-
-
-def _privatize(loss_fn, params, batch: Batch, unit_noise, *, clip_norm, noise_multiplier, microbatch):
-    """The clipped sum plus ``z C`` times ``unit_noise`` (i.i.d. N(0, 1) shaped like ``params``; None:
-    no noise, for a Python ``0`` multiplier), times ``1 / batch.denominator``
-    (:func:`jaxfl.privacy.noise.noisy_clipped_mean`)."""
+    unit_noise = unit_noise_like(noise_key, params, noise_multiplier)  # None for a Python 0 multiplier
     summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm, microbatch=microbatch)
     return _noisy_mean(summed, unit_noise, batch.denominator, clip_norm, noise_multiplier)
 

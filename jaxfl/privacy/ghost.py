@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax.linen.linear import canonicalize_padding, promote_dtype
 
 from jaxfl.models import conv as jaxfl_conv
-from jaxfl.privacy.clipping import (ClippedSum, PerExampleLoss, _clip_factor, _global_norms,
+from jaxfl.privacy.clipping import (ClippedSum, PerExampleLoss, _clip_factor, _global_norms, _split_leaves,
                                     explicit_clipped_grad_sum, per_example_grads, unclipped_flags)
 
 
@@ -291,7 +291,7 @@ class _Pass(NamedTuple):
 def _ghost_pass(loss_fn, params, x, y, layers, flags=None) -> _Pass:
     """The forward pass, the output-gradient backward pass, and the per-example norms (of the leaves that
     ``flags``, :func:`jaxfl.privacy.clipping.unclipped_flags`, does not mark)."""
-    leaves, treedef = jax.tree_util.tree_flatten(params)
+    leaves = jax.tree_util.tree_leaves(params)
     batch = x.shape[0]
     probes = [jnp.zeros((batch,) + layer.out_shape, jnp.float32) for layer in layers]
     losses, backward, inputs = jax.vjp(lambda p, z: _probed_losses(loss_fn, layers)(p, z, x, y), params, probes,
@@ -305,13 +305,9 @@ def _ghost_pass(loss_fn, params, x, y, layers, flags=None) -> _Pass:
     rest = [i for i in range(len(leaves)) if i not in covered]
     rest_clipped = [i for i in rest if not (flags and flags[i])]
     if rest_clipped:
-        def loss_of_rest(values, xi, yi):
-            merged = list(leaves)
-            for i, v in zip(rest_clipped, values):
-                merged[i] = v
-            return loss_fn(jax.tree_util.tree_unflatten(treedef, merged), xi, yi)
-
-        grads = jax.vmap(jax.grad(loss_of_rest), in_axes=(None, 0, 0))([leaves[i] for i in rest_clipped], x, y)
+        others, values, rebuild = _split_leaves(params, [i in rest_clipped for i in range(len(leaves))])
+        grads = jax.vmap(jax.grad(lambda v, xi, yi: loss_fn(rebuild(others, v), xi, yi)), in_axes=(None, 0, 0))(
+            values, x, y)
         norms_sq = norms_sq + sum(jnp.sum(jnp.reshape(g, (batch, -1)).astype(jnp.float32) ** 2, axis=1)
                                   for g in grads)
     weighted_backward = lambda w: backward(w.astype(losses.dtype))[0]
