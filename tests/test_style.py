@@ -1,4 +1,4 @@
-"""House style that a reader would otherwise police by hand: source lines of at most 120 characters."""
+"""House style that a reader would otherwise police by hand: source and prose lines of at most 120 characters."""
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -12,3 +12,28 @@ def test_python_lines_fit_120_characters():
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
             if len(line) > MAX_LINE]
     assert not long, f"lines over {MAX_LINE} characters:\n" + "\n".join(long)
+
+
+def _prose_lines(text):
+    """(number, line) of a markdown text's hand-written prose: not code fences, tables, images, links or the
+    blocks that `jaxfl tables` generates (their lines are a study's own output)."""
+    fenced = generated = False
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+        elif stripped.startswith("<!-- generated"):
+            generated = True
+        elif stripped.startswith("<!-- end generated"):
+            generated = False
+        elif not (fenced or generated or stripped.startswith(("|", "![")) or "://" in line):
+            yield number, line
+
+
+def test_markdown_prose_lines_fit_120_characters():
+    pages = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    long = [f"{path.relative_to(REPO)}:{number}: {len(line)}"
+            for path in pages
+            for number, line in _prose_lines(path.read_text(encoding="utf-8"))
+            if len(line) > MAX_LINE]
+    assert not long, f"markdown lines over {MAX_LINE} characters:\n" + "\n".join(long)
