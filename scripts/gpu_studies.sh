@@ -45,7 +45,7 @@ R=results/huang-jdp
 # Table 1 at the dp-tuned rate first (issue 16's table), then Figure 1's epsilons at n = 512: at n = 64 no rate
 # trains MNIST's DP regimes at eps 1 and Fashion-MNIST's reach 0.23 at best (dp-learning-rate, both run on a CPU), so
 # Table 2's eps-1 rows at n = 256 come after them.
-for job in ${JOBS:-t1ft f1t t2t t4t t2 c10 rec}; do
+for job in ${JOBS:-t1ft f1t t4t t2 c10 rec}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
