@@ -144,6 +144,18 @@ def cpu_flags() -> str:
     return _lscpu("Flags") or ""
 
 
+VECTOR_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "asimd", "sve", "sve2")
+"""The instruction-set flags that change the code XLA:CPU emits for this machine (with every ``avx512*`` and
+``amx*`` flag): :func:`cpu_vector_extensions` reports these."""
+
+
+def cpu_vector_extensions() -> str:
+    """The vector extensions among :func:`cpu_flags` (e.g. ``"avx avx2 fma sse4_1 sse4_2"``; "" where lscpu is
+    not available). XLA:CPU compiles for the host's extensions, so two machines that differ here may round a
+    program's floats differently: the same run agrees bitwise on one machine, to float rounding across them."""
+    return " ".join(sorted(f for f in cpu_flags().split() if f in VECTOR_FLAGS or f.startswith(("avx512", "amx"))))
+
+
 def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
     """The fastest of ``repeats`` timed calls ``fn(*args)`` (seconds, waiting for JAX results), after one
     untimed call (compilation, caches) unless ``warmup=False``: the benchmarks' timer."""
@@ -193,8 +205,8 @@ def environment() -> dict:
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),
             "device_kind": jax.devices()[0].device_kind, "cpu": cpu_model(), "cores": os.cpu_count(),
-            "jax_version": jax.__version__, "python": platform.python_version(),
-            "prng_impl": str(jax.config.jax_default_prng_impl)}
+            "cpu_vector_extensions": cpu_vector_extensions(), "jax_version": jax.__version__,
+            "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
 
 
 SOURCE_ENV = "JAXFL_SOURCE_COMMIT"
@@ -294,6 +306,7 @@ def document(outcome) -> dict:
            "config": {**study_config(study), **config, "per_trial": outcome.per_trial,
                       "wall_seconds_total": outcome.seconds, "parts_seconds_total": outcome.parts_seconds,
                       "parts_reused": outcome.parts_reused, "parts_sources": outcome.parts_sources,
+                      "parts_machines": outcome.parts_machines,
                       "runs_seconds_total": outcome.runs_seconds,
                       **({"workers": outcome.workers} if outcome.workers else {})},
            "runs": [record(r) for r in outcome.rows], "environment": environment(), "source": source_revision()}

@@ -41,7 +41,7 @@ from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver
 from jaxfl.engine.sweep import SweepResult, checkpoint_seconds, configurations, stable_name, sweep
-from jaxfl.experiments.report import source_revision
+from jaxfl.experiments.report import cpu_model, cpu_vector_extensions, source_revision
 
 
 RUNNERS = ("sweep", "train", "compute")
@@ -433,13 +433,27 @@ def _source_label(source: Mapping | None) -> str:
         " (declared)" if source.get("declared") else "")
 
 
+def machine() -> dict:
+    """The machine a part ran on, as parts record it: the processor's name and the vector extensions XLA:CPU
+    compiled for (:func:`jaxfl.experiments.report.cpu_vector_extensions`)."""
+    return {"cpu": cpu_model(), "cpu_vector_extensions": cpu_vector_extensions()}
+
+
+def _machine_label(stored: Mapping | None) -> str:
+    """``"CPU NAME: EXTENSIONS"`` of a part's :func:`machine`, or ``"unrecorded"`` (a part stored before parts
+    recorded it)."""
+    m = (stored or {}).get("machine")
+    return f"{m['cpu']}: {m['cpu_vector_extensions'] or 'none listed'}" if m else "unrecorded"
+
+
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,
                   part: Path | None, base: tuple[Study, Path] | None = None,
-                  segment_rounds: int | None = None) -> tuple[SweepResult, float, str, str]:
+                  segment_rounds: int | None = None) -> tuple[SweepResult, float, str, str, str]:
     """:func:`_sweep`, its seconds, where it came from (``""``: run now; ``"stored"``: ``part``; ``"base"``:
-    the base form's part) and the code that ran it (:func:`_source_label`). Kept in ``part`` (a pickle of host
-    arrays) and reused from it when the same form, program and seeds were run before, so a long study stopped
-    mid-way resumes at its next part. ``base``: the base form and its part of the same name
+    the base form's part), the code that ran it (:func:`_source_label`) and the machine that finished it
+    (:func:`_machine_label`; earlier segments of a resumed part may have run on another). Kept in ``part`` (a
+    pickle of host arrays) and reused from it when the same form, program and seeds were run before, so a long
+    study stopped mid-way resumes at its next part. ``base``: the base form and its part of the same name
     (:attr:`Study.reuses_base_parts`), reused when it holds the same program and seeds, and copied into
     ``part``. A part is keyed by its settings, not by the code, so results.json lists the sources of its
     parts. ``part=None``: always run. ``segment_rounds`` (with a ``part``): the program runs in segments of about
@@ -455,17 +469,18 @@ def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, 
             _write_part(part, {**stored, "fingerprint": fingerprint, "reused_from": base[0].form})
     if stored is not None:
         return (_without_unused_params(study, SweepResult(*stored["result"])), stored["seconds"], origin,
-                _source_label(stored.get("source")))
+                _source_label(stored.get("source")), _machine_label(stored))
     segments = None if part is None or segment_rounds is None else (
         segment_rounds, part.parents[1] / "checkpoints" / part.name)
     earlier = 0.0 if segments is None else checkpoint_seconds(segments[1])  # earlier sittings' segments
     start = time.perf_counter()
     out = _without_unused_params(study, jax.device_get(_sweep(study, family, program, trial, seeds, segments)))
     seconds = earlier + time.perf_counter() - start
+    ran = {"source": source_revision(), "machine": machine()}
     if part is not None:
-        _write_part(part, {"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds,
-                           "source": source_revision(), "segment_rounds": segment_rounds})
-    return out, seconds, "", _source_label(source_revision())
+        _write_part(part, {"fingerprint": fingerprint, "result": tuple(out), "seconds": seconds, **ran,
+                           "segment_rounds": segment_rounds})
+    return out, seconds, "", _source_label(ran["source"]), _machine_label(ran)
 
 
 def _stored_part(study: Study, part: Path, fingerprint: str) -> dict | None:
@@ -615,6 +630,7 @@ class Outcome:
     parts_sources: list = dataclasses.field(default_factory=list)  # the code that ran the grid programs
     runs_seconds: float = 0.0    # "train" runs' own seconds, each counted from round 0 over all its sittings
     workers: dict | None = None  # set by jaxfl reproduce --workers: {"count", "wall_seconds"} of the workers' pass
+    parts_machines: list = dataclasses.field(default_factory=list)  # the machines that finished them
 
 
 def run(study: Study, out_dir: Path | None = None, log=print, share: Share | None = None,
@@ -633,7 +649,7 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
     rows, per_trial = [], []
     for t in range(study.trials):
         t0 = time.perf_counter()
-        parts_seconds, parts_reused, sources, runs_seconds = 0.0, 0, set(), 0.0
+        parts_seconds, parts_reused, sources, machines, runs_seconds = 0.0, 0, set(), set(), 0.0
         trial = None if study.data_per_panel else study.data(study, t)
         panel_info = {}
         if trial is not None:
@@ -664,9 +680,10 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
                     part = None if out_dir is None else Path(out_dir) / "parts" / name
                     base = None if part is None or not study.reuses_base_parts else (
                         dataclasses.replace(study, form=study.form.split("+")[0]), part.parents[2] / "parts" / name)
-                    out, seconds, origin, source = _stored_sweep(study, family, program, trial, seeds, part, base,
-                                                                 segment_rounds)
+                    out, seconds, origin, source, ran_on = _stored_sweep(study, family, program, trial, seeds, part,
+                                                                         base, segment_rounds)
                     sources.add(source)
+                    machines.add(ran_on)
                     parts_seconds, parts_reused = parts_seconds + seconds, parts_reused + bool(origin)
                     shown = {k: v for k, v in program.static if not callable(v)}
                     log(f"   {panel.label} {family.name} {shown}: "
@@ -687,8 +704,10 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
             facts.update(trial.info)
         per_trial.append({"trial": t, **facts, "seconds": time.perf_counter() - t0,
                           "parts_seconds": parts_seconds, "parts_reused": parts_reused,
-                          "parts_sources": sorted(sources), "runs_seconds": runs_seconds})
+                          "parts_sources": sorted(sources), "parts_machines": sorted(machines),
+                          "runs_seconds": runs_seconds})
     return Outcome(study, rows, per_trial, time.perf_counter() - t_start,
                    sum(p["parts_seconds"] for p in per_trial), sum(p["parts_reused"] for p in per_trial),
                    sorted({s for p in per_trial for s in p["parts_sources"]}),
-                   sum(p["runs_seconds"] for p in per_trial))
+                   sum(p["runs_seconds"] for p in per_trial),
+                   parts_machines=sorted({m for p in per_trial for m in p["parts_machines"]}))

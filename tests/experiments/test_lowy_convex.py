@@ -385,6 +385,7 @@ def test_study_grid_matches_engine_sweep(small_data):
 @pytest.mark.slow
 def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results, monkeypatch, tmp_path):
     """A study stopped mid-way resumes from out_dir/parts: re-running the finished smoke form runs no grid."""
+    from jaxfl.experiments import report
     from jaxfl.experiments import study as study_lib
 
     directory, first = quick_results[SMOKE]
@@ -393,7 +394,7 @@ def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results,
     (again / "parts" / sorted(p.name for p in (again / "parts").iterdir())[-1]).unlink()  # as if stopped there
     oldest = sorted((again / "parts").iterdir())[0]  # as if stored before parts recorded the code that ran them
     stored = pickle.loads(oldest.read_bytes())
-    del stored["source"]
+    del stored["source"], stored["machine"]
     oldest.write_bytes(pickle.dumps(stored))
     ran = []
     real = study_lib._sweep
@@ -415,3 +416,7 @@ def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results,
     assert second["source"]["commit"] == head
     assert len(second["config"]["parts_sources"]) == 2 and "unrecorded" in second["config"]["parts_sources"]
     assert any(label.startswith(head[:12]) for label in second["config"]["parts_sources"])
+    # and the machine that finished each part: this one's name and vector extensions, "unrecorded" for the old one
+    here = f"{report.cpu_model()}: {report.cpu_vector_extensions() or 'none listed'}"
+    assert second["config"]["parts_machines"] == sorted([here, "unrecorded"])
+    assert second["environment"]["cpu_vector_extensions"] == report.cpu_vector_extensions()
