@@ -139,14 +139,14 @@ def test_the_machine_a_part_ran_on_names_its_vector_extensions(monkeypatch):
     """Parts and results.json record the vector extensions XLA:CPU compiled for (two machines that differ there
     round floats differently): the SIMD flags of lscpu's list, sorted, and nothing else."""
     from jaxfl.experiments import report
-    from jaxfl.experiments.study import _machine_label, machine
+    from jaxfl.experiments.study import _machine_label
 
     monkeypatch.setattr(report, "cpu_flags", lambda: "fpu sse2 sse4_2 fma avx2 avx512f avx512_vnni amx_tile avx rdrand")
     assert report.cpu_vector_extensions() == "amx_tile avx avx2 avx512_vnni avx512f fma sse4_2"
-    assert _machine_label({"machine": machine()}) == f"{report.cpu_model()}: " + report.cpu_vector_extensions()
+    assert _machine_label({"machine": report.machine()}) == f"{report.cpu_model()}: " + report.cpu_vector_extensions()
     monkeypatch.setattr(report, "cpu_flags", lambda: "")   # no lscpu
     assert report.cpu_vector_extensions() == "" and report.environment()["cpu_vector_extensions"] == ""
-    assert _machine_label({"machine": machine()}).endswith(": none listed") and _machine_label({}) == "unrecorded"
+    assert _machine_label({"machine": report.machine()}).endswith(": none listed") and _machine_label({}) == "unrecorded"
 
 
 def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(monkeypatch):

@@ -199,14 +199,20 @@ def write_benchmark(record: dict, path) -> Path:
     return path
 
 
+def machine() -> dict:
+    """The processor a result came from: its name (:func:`cpu_model`) and the vector extensions XLA:CPU
+    compiled for (:func:`cpu_vector_extensions`), as stored parts, results and benchmark records name it."""
+    return {"cpu": cpu_model(), "cpu_vector_extensions": cpu_vector_extensions()}
+
+
 def environment() -> dict:
-    """Backend, device count and machine facts for results and benchmark records."""
+    """Backend, device count and machine facts (:func:`machine`) for results and benchmark records."""
     import jax
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "device_kind": jax.devices()[0].device_kind, "cpu": cpu_model(), "cores": os.cpu_count(),
-            "cpu_vector_extensions": cpu_vector_extensions(), "jax_version": jax.__version__,
-            "python": platform.python_version(), "prng_impl": str(jax.config.jax_default_prng_impl)}
+            "device_kind": jax.devices()[0].device_kind, **machine(), "cores": os.cpu_count(),
+            "jax_version": jax.__version__, "python": platform.python_version(),
+            "prng_impl": str(jax.config.jax_default_prng_impl)}
 
 
 SOURCE_ENV = "JAXFL_SOURCE_COMMIT"

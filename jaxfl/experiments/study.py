@@ -41,7 +41,7 @@ from jaxfl import checks
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import driver
 from jaxfl.engine.sweep import SweepResult, checkpoint_seconds, configurations, stable_name, sweep
-from jaxfl.experiments.report import cpu_model, cpu_vector_extensions, source_revision
+from jaxfl.experiments.report import machine, source_revision
 
 
 RUNNERS = ("sweep", "train", "compute")
@@ -431,12 +431,6 @@ def _source_label(source: Mapping | None) -> str:
         return "unrecorded"
     return source["commit"][:12] + ("+modified" if source["modified"] else "") + (
         " (declared)" if source.get("declared") else "")
-
-
-def machine() -> dict:
-    """The machine a part ran on, as parts record it: the processor's name and the vector extensions XLA:CPU
-    compiled for (:func:`jaxfl.experiments.report.cpu_vector_extensions`)."""
-    return {"cpu": cpu_model(), "cpu_vector_extensions": cpu_vector_extensions()}
 
 
 def _machine_label(stored: Mapping | None) -> str:
