@@ -146,7 +146,8 @@ def test_the_machine_a_part_ran_on_names_its_vector_extensions(monkeypatch):
     assert _machine_label({"machine": report.machine()}) == f"{report.cpu_model()}: " + report.cpu_vector_extensions()
     monkeypatch.setattr(report, "cpu_flags", lambda: "")   # no lscpu
     assert report.cpu_vector_extensions() == "" and report.environment()["cpu_vector_extensions"] == ""
-    assert _machine_label({"machine": report.machine()}).endswith(": none listed") and _machine_label({}) == "unrecorded"
+    assert _machine_label({"machine": report.machine()}).endswith(": none listed")
+    assert _machine_label({}) == "unrecorded"
 
 
 def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(monkeypatch):
