@@ -1,4 +1,4 @@
-"""The ``jaxfl`` command: demo, list, account, reproduce, bench.
+"""The ``jaxfl`` command: demo, list, account, reproduce, tables, compare-parts, bench.
 
 Bad input prints one line ``jaxfl: error: ...`` and exits with status 2 (no traceback): argument values
 are checked with :mod:`jaxfl.checks`, whose ``ValueError`` names the flag and the bad value.
@@ -121,6 +121,23 @@ def _cmd_tables(args) -> int:
     return tables.main(check=args.check, docs=Path(args.docs) if args.docs else None)
 
 
+def _cmd_compare_parts(args) -> int:
+    from jaxfl.experiments.study import compare_parts
+
+    c = compare_parts(args.a, args.b, args.metric)
+    def listed(values):
+        return " ".join(f"{x:.4f}" for x in values.reshape(-1))
+
+    for name, va, vb in c["parts"]:
+        print(f"{name}: {listed(va)} | {listed(vb)}")
+    for side, folder in (("a", args.a), ("b", args.b)):
+        if c[f"only_{side}"]:
+            print(f"only in {folder}: {len(c[f'only_{side}'])} parts ({', '.join(c[f'only_{side}'])})")
+    print(f"{args.metric}: {len(c['parts'])} parts in both, {c['values']} values; |a - b| max {c['max_abs']:.4f} "
+          f"({c['worst']}), mean {c['mean_abs']:.4f}")
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from jaxfl.experiments import registry
     from jaxfl.experiments.report import source_revision
@@ -173,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     tab.add_argument("--check", action="store_true", help="only check that the docs match results/ (exit 1 if not)")
     tab.add_argument("--docs", default=None, help="the markdown file (default docs/reproductions.md)")
     tab.set_defaults(func=_cmd_tables)
+
+    cmp = sub.add_parser("compare-parts", help="compare the stored parts of one study run in two results directories "
+                                                "(e.g. CPU and GPU)")
+    cmp.add_argument("a", help="a results directory (or its parts/ folder)")
+    cmp.add_argument("b", help="another results directory of the same study and form")
+    cmp.add_argument("--metric", default="test_accuracy", help="the metric compared (default test_accuracy)")
+    cmp.set_defaults(func=_cmd_compare_parts)
 
     bench = sub.add_parser("bench", help="run a benchmark from bench/")
     bench.add_argument("name")

@@ -2,8 +2,12 @@
 # The studies too large for a 2-core CPU (seed 001 at n >= 64 owners: 36 h per dataset there, minutes on one
 # GPU; seed 002's CIFAR-10 grid; DP-REC's 1,000 rounds), run on a GPU machine that was sent a copy of this tree,
 # in priority order, until a deadline. Used on a lent H200 for results/huang-jdp/table1-{mnist,fashion-mnist}/gpu
-# (jobs t1m, t1f) and their dp-tuned variants (t1mt; t1ft up to n = 256, with 24 of n = 512's 25 parts stored);
-# the default JOBS are what is left.
+# (jobs t1m, t1f) and their dp-tuned variants (t1mt; t1ft up to n = 256, with 24 of n = 512's 25 parts stored),
+# and on a second one for Figure 1's dp-tuned n = 512 (f1t), Table 4's dp-tuned n = 256 half (t4t) and 22 of
+# Table 2's 40 parts (t2); the default JOBS are what is left.
+#
+# The data travel in a folder the device tool carries (64 MiB with the tree): MNIST (11 MiB) serves every job but
+# t1f/t1ft (Fashion-MNIST, 29 MiB) and c10 (cifar10-subset, 14 MiB); all three do not fit beside the tree.
 #
 #   JAXFL_DATA_DIR=... JAXFL_SOURCE_COMMIT=$(git rev-parse HEAD) OUT=/some/dir BUDGET=540 bash scripts/gpu_studies.sh
 #
@@ -42,10 +46,9 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-# Table 1 at the dp-tuned rate first (issue 16's table), then Figure 1's epsilons at n = 512: at n = 64 no rate
-# trains MNIST's DP regimes at eps 1 and Fashion-MNIST's reach 0.23 at best (dp-learning-rate, both run on a CPU), so
-# Table 2's eps-1 rows at n = 256 come after them.
-for job in ${JOBS:-t1ft f1t t4t t2 c10 rec}; do
+# Table 1's last dp-tuned part first (issue 16's table), then Table 2 at Table 1's rate (n = 256, where its eps-1 rows
+# should sit at chance as Table 1's DP rows do), then issue 15's CIFAR-10 grid and DP-REC's 1,000 rounds.
+for job in ${JOBS:-t1ft t2 c10 rec}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;

@@ -251,3 +251,43 @@ def test_worker_shares_claim_each_unit_once(tmp_path):
     assert taken == [(True, False)] * 5 + [(False, True)] * 2   # a unit claimed by one is skipped by the other
     static = [Share(i, 3) for i in range(3)]
     assert [[s.take() for s in static] for _ in range(2)] == [[True, False, False], [False, True, False]]  # u % 3
+
+
+def _store_parts(folder, parts: dict):
+    """Writes ``{name: test accuracies [configs, seeds]}`` as stored parts (the pickles study.run keeps)."""
+    import pickle
+
+    import numpy as np
+
+    from jaxfl.engine.sweep import SweepResult
+
+    (folder / "parts").mkdir(parents=True)
+    for name, acc in parts.items():
+        acc = np.asarray(acc, np.float32)
+        result = SweepResult([{}] * acc.shape[0], np.arange(acc.shape[1]), None, {}, {"test_accuracy": acc})
+        (folder / "parts" / f"{name}.pkl").write_bytes(pickle.dumps({"result": tuple(result), "seconds": 1.0}))
+
+
+def test_compare_parts_pairs_the_parts_stored_in_both_and_reports_their_differences(tmp_path, capsys):
+    _store_parts(tmp_path / "cpu", {"trial0-a-0": [[0.5], [0.25]], "trial0-b-0": [[0.125]], "trial1-a-0": [[1.0]]})
+    _store_parts(tmp_path / "gpu", {"trial0-a-0": [[0.5], [0.375]], "trial0-b-0": [[0.0625]], "trial2-a-0": [[0.0]]})
+    assert main(["compare-parts", str(tmp_path / "cpu"), str(tmp_path / "gpu" / "parts")]) == 0
+    out = capsys.readouterr().out
+    # |differences|: 0, 0.125 (trial0-a), 0.0625 (trial0-b): max 0.125, mean 0.0625
+    assert "2 parts in both, 3 values; |a - b| max 0.1250 (trial0-a-0), mean 0.0625" in out
+    assert "only in " in out and "trial1-a-0" in out and "trial2-a-0" in out
+
+
+@pytest.mark.parametrize("gpu, metric, needle", [
+    ({"other-0": [[0.5]]}, "test_accuracy", "no part is stored in both"),
+    ({"trial0-a-0": [[0.5]]}, "test_loss", "no metric 'test_loss'"),
+    ({"trial0-a-0": [[0.5, 0.5]]}, "test_accuracy", "shape"),
+])
+def test_compare_parts_rejects_what_it_cannot_compare_in_one_line(tmp_path, capsys, gpu, metric, needle):
+    _store_parts(tmp_path / "cpu", {"trial0-a-0": [[0.5]]})
+    _store_parts(tmp_path / "gpu", gpu)
+    assert main(["compare-parts", str(tmp_path / "cpu"), str(tmp_path / "gpu"), "--metric", metric]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxfl: error:") and needle in err and err.count("\n") == 1
+    assert main(["compare-parts", str(tmp_path / "cpu"), str(tmp_path / "empty")]) == 2
+    assert "no stored parts" in capsys.readouterr().err

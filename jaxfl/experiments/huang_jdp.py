@@ -665,7 +665,7 @@ TABLE_4 = register(_variant_study(
     regimes=(dataclasses.replace(REGIMES["full_dp"], epsilons=(1.0,)),
              dataclasses.replace(REGIMES["joint_dp"], epsilons=(1.0, 3.0, 8.0))),
     panels=tuple(Panel(f"n = {n}, m/r = {k}", (("owners", n), ("records_per_user", k)))
-                 for n, k in TABLE4), notes=_table4_notes,
+                 for n, k in TABLE4), notes=_table4_notes, combined=_table4_notes,  # n = 4 and 256 on two machines
     quick_panels=tuple(Panel(f"n = 4, m/r = {k}", (("owners", 4), ("records_per_user", k))) for k in (1, 2)),
     config={"user_level": "record-level DP-SGD calibrated to (eps / k, delta / (k e^eps)) (the paper's group "
                           "privacy, jaxfl.accounting.group.record_level_target(bound='paper')); per-silo and no-DP "

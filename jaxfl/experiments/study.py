@@ -493,6 +493,46 @@ def _write_part(part: Path, stored: dict) -> None:
     partial.replace(part)  # atomic: a part is either whole or absent
 
 
+def compare_parts(a: str | os.PathLike, b: str | os.PathLike, metric: str = "test_accuracy") -> dict:
+    """Compares the stored parts of one study run twice (e.g. on a CPU and on a GPU, whose parts are kept
+    apart because a part is keyed by the JAX version): ``metric`` of every part stored in both ``a`` and ``b``
+    (results directories, or their ``parts/`` folders), value by value (``[configs, seeds]`` each).
+
+    Returns ``{"parts": [(name, values in a, values in b), ...], "only_a": [...], "only_b": [...],
+    "values": count, "max_abs": ..., "mean_abs": ..., "worst": name}`` (absolute differences of the metric).
+    Raises ValueError when a folder holds no parts, none is in both, or a part lacks ``metric`` or differs in
+    shape."""
+    def stored(folder) -> dict[str, Path]:
+        folder = Path(folder)
+        folder = folder / "parts" if (folder / "parts").is_dir() else folder
+        found = {p.stem: p for p in sorted(folder.glob("*.pkl"))}
+        if not found:
+            raise ValueError(f"no stored parts (*.pkl) in {folder}")
+        return found
+
+    def values(path: Path) -> np.ndarray:
+        metrics = SweepResult(*pickle.loads(path.read_bytes())["result"]).metrics
+        if metric not in metrics:
+            raise ValueError(f"part {path} has no metric {metric!r} (it has {', '.join(sorted(metrics))})")
+        return np.asarray(metrics[metric], np.float64)
+
+    in_a, in_b = stored(a), stored(b)
+    shared = [name for name in in_a if name in in_b]
+    if not shared:
+        raise ValueError(f"no part is stored in both {a} and {b}")
+    rows, worst = [], (-1.0, "")
+    for name in shared:
+        va, vb = values(in_a[name]), values(in_b[name])
+        if va.shape != vb.shape:
+            raise ValueError(f"part {name}: {metric} has shape {va.shape} in {a} and {vb.shape} in {b}")
+        rows.append((name, va, vb))
+        worst = max(worst, (float(np.max(np.abs(va - vb))), name))
+    diffs = np.concatenate([np.abs(va - vb).reshape(-1) for _, va, vb in rows])
+    return {"parts": rows, "only_a": sorted(set(in_a) - set(in_b)), "only_b": sorted(set(in_b) - set(in_a)),
+            "values": int(diffs.size), "max_abs": float(diffs.max()), "mean_abs": float(diffs.mean()),
+            "worst": worst[1]}
+
+
 def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
     """``out`` without its final parameters when the study does not use them (no ``final``): a stored part
     then holds metrics, infos and epsilons only (~0.2 MB instead of ~5 MB for seed 002's MNIST grids, small
