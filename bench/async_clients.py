@@ -31,7 +31,7 @@ from jaxfl.algorithms import async_dp, async_schedules, async_timeline
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine.driver import run_rounds
 from jaxfl.engine.protocol import initial_state
-from jaxfl.experiments.report import best_seconds, cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
 
 D, RECORDS, ROUNDS, SIZE, CLIP, SIGMA, STEP = 123, 64, 10, 8, 1.0, 1.0, 0.5
 """Per-step size ``STEP / clients``: the server sums every client's update, so the run stays bounded."""
@@ -135,7 +135,7 @@ def main():
               f"ratio {rows[-1]['ratio']:.2f}x", flush=True)
     record = {
         "benchmark": "async_clients",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
                     "load_average_1min": os.getloadavg()[0]},
         "ratio": rows[-1]["ratio"],

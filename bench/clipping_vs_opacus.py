@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.models import nets
-from jaxfl.experiments.report import cpu_model, interleaved_best_seconds, source_revision, write_benchmark
+from jaxfl.experiments.report import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.privacy.clipping import clipped_grad_sum, explicit_clipped_grad_sum
 from jaxfl.privacy.microbatch import microbatch_size
 
@@ -421,7 +421,7 @@ def main(argv=None) -> int:
 
     record = {
         "benchmark": "clipping_vs_opacus",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "device": jax.default_backend(),
+        "machine": {**processor(), "cores": os.cpu_count(), "device": jax.default_backend(),
                     "jax": jax.__version__, "torch": torch.__version__, "opacus": opacus.__version__,
                     "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
                     "jax_threads": "XLA:CPU default (all cores)",

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfl.experiments.report import cpu_model, interleaved_best_seconds, source_revision, write_benchmark
+from jaxfl.experiments.report import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.models import conv
 
 STEPS = 20
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     worst = min(rows, key=lambda row: row["ratio"])
     record = {
         "benchmark": "conv_layers",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "device": jax.devices()[0].platform,
+        "machine": {**processor(), "cores": os.cpu_count(), "device": jax.devices()[0].platform,
                     "jax": jax.__version__, "torch": torch.__version__, "torch_threads": torch.get_num_threads()},
         "ratio": worst["ratio"],
         "baseline": f"PyTorch (CPU, {torch.get_num_threads()} threads): F.conv2d forward + backward of each conv layer "

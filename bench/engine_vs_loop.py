@@ -34,7 +34,7 @@ from jaxfl.accounting import lowy_convex
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import local, run_rounds
-from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clipped_grad_sum
 
@@ -269,7 +269,7 @@ def main():
     per_run_vmapped = vmap_best / args.seeds
     record = {
         "benchmark": "engine_vs_loop",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__},
         "ratio": ratio,
         "baseline": "NumPy noisy MB-SGD vectorized over the 25 silos and each minibatch (one flat take per round, "

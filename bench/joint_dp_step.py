@@ -53,7 +53,7 @@ import optax
 from jaxfl.algorithms import personalized
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import initial_state, run_rounds
-from jaxfl.experiments.report import cpu_model, environment, write_benchmark
+from jaxfl.experiments.report import machine as processor, environment, write_benchmark
 from jaxfl.models import nets
 from jaxfl.privacy.clipping import clipped_grad_sum
 
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
               f"{rows['jaxfl']}, PyTorch {rows['PyTorch (expected)']:.0f} expected; per row: {per_row_ratio:.2f}")
     record = {
         "benchmark": "joint_dp_step",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "device": jax.default_backend()},
+        "machine": {**processor(), "cores": os.cpu_count(), "device": jax.default_backend()},
         "environment": environment(),
         "ratio": best[strongest] / one if strongest else two / one,
         "baseline": (f"{strongest}: the same joint-DP round in PyTorch (the faster of Opacus GradSampleModule hooks "

@@ -45,7 +45,8 @@ from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import local
 from jaxfl.experiments import dprec_data
-from jaxfl.experiments.report import best_seconds, cpu_model, interleaved_best_seconds, source_revision, write_benchmark
+from jaxfl.experiments.report import (best_seconds, interleaved_best_seconds, machine as processor, source_revision,
+                                      write_benchmark)
 from jaxfl.models import nets
 from jaxfl.privacy.microbatch import microbatch_size
 
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
 
     record = {
         "benchmark": "local_training",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.devices()[0].platform, "jax": jax.__version__, "torch": baseline["torch"]},
         "ratio": headline["ratio"],
         "baseline": f"PyTorch (CPU, {baseline['torch_threads']} threads): samples/s of plain SGD steps of the same "

@@ -72,7 +72,7 @@ from jaxfl.engine import grid_points, local, sweep
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_convex as LC
 from jaxfl.experiments import study as S
-from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
 
 M = 25                 # silos per round (the M = 25 panel; N = 25)
 PANEL = S.Panel(f"M = {M}", (("silos_per_round", M),))
@@ -386,7 +386,7 @@ def quick_study():
 
 
 def machine(load_start, load_end, load_numpy) -> dict:
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "device": jax.default_backend(),
+    return {**processor(), "cores": os.cpu_count(), "device": jax.default_backend(),
             "python": platform.python_version(), "jax": jax.__version__, "numpy": np.__version__,
             "load_average_1min_start": load_start, "load_average_1min_numpy_phase_start": load_numpy,
             "load_average_1min_end": load_end}

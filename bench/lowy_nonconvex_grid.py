@@ -48,7 +48,7 @@ from jaxfl.engine import grid_points, initial_state, run_rounds
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_nonconvex as N
 from jaxfl.experiments import study as S
-from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
 
 
 STUDIES = {"mnist": N.MNIST, "cifar10": N.CIFAR10}
@@ -170,7 +170,7 @@ def main():
     load_end = os.getloadavg()[0]
     record = {
         "benchmark": name,
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
                     "load_average_1min_start": load_start, "load_average_1min_end": load_end},
         "ratio": loop_s / jaxfl_s,

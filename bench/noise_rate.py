@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-from jaxfl.experiments.report import best_seconds, cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
 from jaxfl.privacy.normal import normal_from_bits, standard_normal
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
@@ -89,7 +89,7 @@ def main():
     default = rows[0]["seconds"]
     record = {
         "benchmark": "noise_rate",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
                     "load_average_1min": os.getloadavg()[0]},
         "ratio": numpy_seconds / default,

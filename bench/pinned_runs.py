@@ -83,7 +83,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
+    from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
 
     source_revision()   # the checkout as it is now: write_benchmark records it at the end
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
 
     record = {
         "benchmark": "pinned_runs",
-        "machine": {"cpu": cpu_model(), "cores": len(cores), "device": "cpu", "jax": jax.__version__},
+        "machine": {**processor(), "cores": len(cores), "device": "cpu", "jax": jax.__version__},
         "ratio": rows[-1]["ratio"],
         "baseline": f"the same runs one after the other, each on all {len(cores)} cores (jaxfl reproduce's default); "
                     "ratio = rounds/s of one run pinned per core / rounds/s of one run on all cores, DP-REC's "

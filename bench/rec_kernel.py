@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
-from jaxfl.experiments.report import best_seconds, cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
 from jaxfl.privacy import normal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the sibling benchmark, under `jaxfl bench` too
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
 
     record = {
         "benchmark": "rec_kernel",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.devices()[0].platform, "jax": jax.__version__},
         "ratio": rows[-1]["ratio_bare_over_fused"],
         "baseline": f"jax.random.normal generating the same K x d = {2**args.bits} x {rows[-1]['d']} samples",

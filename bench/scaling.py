@@ -36,7 +36,7 @@ from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import run_rounds
 from jaxfl.models import logistic_loss
-from jaxfl.experiments.report import cpu_model, source_revision, write_benchmark
+from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
 
 RECORDS, BATCH = 64, 16
 SILOS = (8, 32, 128, 512, 2048, 4096)
@@ -163,7 +163,7 @@ def main():
     equal = len({r["params_sha256"] for r in devices}) == 1
     record = {
         "benchmark": "scaling",
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {**processor(), "cores": os.cpu_count(),
                     "device": jax.default_backend(), "jax": jax.__version__, "load_average_1min": os.getloadavg()[0]},
         "ratio": silos[0]["seconds_per_silo_round"] / silos[-1]["seconds_per_silo_round"],
         "baseline": "jaxfl itself at 8 silos: ratio = time per silo and round at 8 silos / at 4,096 silos",
