@@ -141,70 +141,80 @@ def main():
     trial = study.data(study, 0)
     data_s = time.perf_counter() - t0
     print(f"load average {load_start:.2f}; data {data_s:.1f} s", flush=True)
+    programs = [(panel, family, program) for panel in study.panels for family in N.FAMILIES
+                for program in family.programs(study, panel, trial)]
     rows = []
-    for panel in study.panels:
+
+    def record_of(timed) -> dict:
+        """The JSON record over the programs ``timed`` so far (``complete`` once all are; until then the
+        totals and the ratio cover the timed programs only)."""
+        jaxfl_s = sum(r["jaxfl_seconds"] for r in timed)
+        loop_s = sum(r["loop_seconds"] for r in timed)
+        load_end = os.getloadavg()[0]
+        return {
+            "benchmark": name,
+            "machine": {**processor(), "cores": os.cpu_count(),
+                        "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
+                        "load_average_1min_start": load_start, "load_average_1min_end": load_end},
+            "ratio": loop_s / jaxfl_s,
+            "complete": len(timed) == len(programs), "programs_timed": len(timed), "programs": len(programs),
+            "baseline": "the same jaxfl algorithms one run at a time (one jit-compiled run per (algorithm, R, q, M) "
+                        "with hyperparameters and seed as arguments, called once per run); ratio = extrapolated "
+                        "one-at-a-time seconds / extrapolated vmapped-program seconds, compilation included on both "
+                        "sides",
+            "quick": bool(args.quick),
+            "jaxfl_seconds_extrapolated": jaxfl_s,
+            "baseline_seconds_extrapolated": loop_s,
+            "baseline_hours_extrapolated": loop_s / 3600,
+            "data_preparation_seconds": data_s,
+            "grid": {"trials": study.trials, "reps": study.reps,
+                     "panels": [[p["silos_per_round"], p["rounds"]] for p in study.panels],
+                     "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
+                     "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
+                     "runs": sum(r["runs"] for r in timed),
+                     "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
+                     "form": "QUICK (tiny settings)" if args.quick else FORMS[args.study]},
+            "rows": timed,
+            "notes": [
+                f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end (2 shared "
+                "cores; other processes' load slows both sides; a ratio taken under load is indicative only)",
+                "both sides extrapolated from timed samples: a run's cost depends on (algorithm, M, R, q) only; "
+                + ("every program timed" if len(timed) == len(programs) else
+                   f"{len(timed)} of the grid's {len(programs)} programs timed (the run stopped): totals over those"),
+                f"each row: {args.timed_calls} interleaved (vmapped call, single run) pairs; medians used, "
+                "[min, max] given as *_min_max",
+                "check_max_abs_param_diff: the single-run program vs the vmapped program, same config and seed",
+            ],
+        }
+
+    for panel, family, program in programs:
         m, r = panel["silos_per_round"], panel["rounds"]
-        for family in N.FAMILIES:
-            for program in family.programs(study, panel, trial):
-                row = bench_program(study, family, program, trial, args)
-                q = row["q"]
-                calls = math.ceil(row["configs"] / row["configs_per_call"]) * study.trials
-                runs = row["configs"] * study.reps * study.trials
-                # one compiled program per (family, M, R, q), serving every trial
-                row.update(silos_per_round=m, runs=runs,
-                           jaxfl_seconds=row["compile_seconds"] + row["seconds_per_call"] * calls,
-                           loop_seconds=row["single_compile_seconds"] + row["single_seconds_per_run"] * runs)
-                row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
-                rows.append(row)
-                print(f"  M={m} R={r} {family.name}{'' if q is None else f' q={q}'}: {runs} runs; vmapped "
-                      f"{row['seconds_per_call']:.2f} s/call [{row['seconds_per_call_min_max'][0]:.2f}, "
-                      f"{row['seconds_per_call_min_max'][1]:.2f}] of {row['configs_per_call']}x{study.reps} (compile "
-                      f"{row['compile_seconds']:.1f} s) -> {row['jaxfl_seconds']:.0f} s; one at a time "
-                      f"{row['single_seconds_per_run']:.3f} s/run [{row['single_seconds_per_run_min_max'][0]:.3f}, "
-                      f"{row['single_seconds_per_run_min_max'][1]:.3f}] "
-                      f"(compile {row['single_compile_seconds']:.1f} s) -> "
-                      f"{row['loop_seconds']:.0f} s; ratio {row['ratio']:.2f}; check "
-                      f"{row['check_max_abs_param_diff']:.1e}", flush=True)
-    jaxfl_s = sum(r["jaxfl_seconds"] for r in rows)
-    loop_s = sum(r["loop_seconds"] for r in rows)
-    load_end = os.getloadavg()[0]
-    record = {
-        "benchmark": name,
-        "machine": {**processor(), "cores": os.cpu_count(),
-                    "device": jax.default_backend(), "jax": jax.__version__, "numpy": np.__version__,
-                    "load_average_1min_start": load_start, "load_average_1min_end": load_end},
-        "ratio": loop_s / jaxfl_s,
-        "baseline": "the same jaxfl algorithms one run at a time (one jit-compiled run per (algorithm, R, q, M) with "
-                    "hyperparameters and seed as arguments, called once per run); ratio = extrapolated one-at-a-time "
-                    "seconds / extrapolated vmapped-program seconds, compilation included on both sides",
-        "quick": bool(args.quick),
-        "jaxfl_seconds_extrapolated": jaxfl_s,
-        "baseline_seconds_extrapolated": loop_s,
-        "baseline_hours_extrapolated": loop_s / 3600,
-        "data_preparation_seconds": data_s,
-        "grid": {"trials": study.trials, "reps": study.reps,
-                 "panels": [[p["silos_per_round"], p["rounds"]] for p in study.panels],
-                 "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
-                 "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
-                 "runs": sum(r["runs"] for r in rows),
-                 "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
-                 "form": "QUICK (tiny settings)" if args.quick else FORMS[args.study]},
-        "rows": rows,
-        "notes": [
-            f"1-minute load average {load_start:.2f} at the start and {load_end:.2f} at the end (2 shared cores; "
-            "other processes' load slows both sides; a ratio taken under load is indicative only)",
-            "both sides extrapolated from timed samples: a run's cost depends on (algorithm, M, R, q) only; "
-            "every panel timed",
-            f"each row: {args.timed_calls} interleaved (vmapped call, single run) pairs; medians used, "
-            "[min, max] given as *_min_max",
-            "check_max_abs_param_diff: the single-run program vs the vmapped program, same config and seed",
-        ],
-    }
-    write_benchmark(record, out_path)
-    print(f"whole grid ({record['grid']['runs']} runs): vmapped {jaxfl_s / 3600:.2f} h, one at a time "
-          f"{loop_s / 3600:.2f} h, ratio {record['ratio']:.2f}x -> {out_path}")
+        row = bench_program(study, family, program, trial, args)
+        q = row["q"]
+        calls = math.ceil(row["configs"] / row["configs_per_call"]) * study.trials
+        runs = row["configs"] * study.reps * study.trials
+        # one compiled program per (family, M, R, q), serving every trial
+        row.update(silos_per_round=m, runs=runs,
+                   jaxfl_seconds=row["compile_seconds"] + row["seconds_per_call"] * calls,
+                   loop_seconds=row["single_compile_seconds"] + row["single_seconds_per_run"] * runs)
+        row["ratio"] = row["loop_seconds"] / row["jaxfl_seconds"]
+        rows.append(row)
+        print(f"  M={m} R={r} {family.name}{'' if q is None else f' q={q}'}: {runs} runs; vmapped "
+              f"{row['seconds_per_call']:.2f} s/call [{row['seconds_per_call_min_max'][0]:.2f}, "
+              f"{row['seconds_per_call_min_max'][1]:.2f}] of {row['configs_per_call']}x{study.reps} (compile "
+              f"{row['compile_seconds']:.1f} s) -> {row['jaxfl_seconds']:.0f} s; one at a time "
+              f"{row['single_seconds_per_run']:.3f} s/run [{row['single_seconds_per_run_min_max'][0]:.3f}, "
+              f"{row['single_seconds_per_run_min_max'][1]:.3f}] "
+              f"(compile {row['single_compile_seconds']:.1f} s) -> "
+              f"{row['loop_seconds']:.0f} s; ratio {row['ratio']:.2f}; check "
+              f"{row['check_max_abs_param_diff']:.1e}", flush=True)
+        # written after every program, so a run stopped mid-way (CIFAR-10's takes hours) keeps its rows
+        write_benchmark(record_of(rows), out_path)
+    record = record_of(rows)
+    print(f"whole grid ({record['grid']['runs']} runs): vmapped {record['jaxfl_seconds_extrapolated'] / 3600:.2f} "
+          f"h, one at a time {record['baseline_hours_extrapolated']:.2f} h, ratio {record['ratio']:.2f}x -> {out_path}")
 
 
 if __name__ == "__main__":
-    source_revision()   # the checkout as it is now: write_benchmark records it at the end
+    source_revision()   # the checkout as it is now: write_benchmark records it with every write
     main()
