@@ -42,6 +42,9 @@ def rows(results: Path) -> list[str]:
         machine = doc.get("machine", {})
         cpu = f"{machine.get('cores', '?')} cores, {machine.get('cpu', '?')}"
         baseline = " ".join(str(doc.get("baseline", "")).split())
+        if doc.get("complete") is False:   # a run stopped mid-way: its ratio covers the programs it timed
+            baseline += (f" (stopped after {doc['programs_timed']} of {doc['programs']} programs: the ratio covers "
+                         "those)")
         lines.append(f"| `{path.stem}` | {doc['ratio']:.2f} | {baseline} | {cpu} | {_limit(path.stem, doc)} |")
     return lines
 
