@@ -8,8 +8,9 @@ the second layers (the first layer's input is the data, which needs none). Per r
 process, seconds per pass of that layer for:
 
 - ``jaxfl``: :func:`jaxfl.models.conv.conv_general_dilated`, what the models use (im2col: the input's
-  ``kh * kw`` shifted windows as strided slices, concatenated, times the kernel), called per example under
-  ``jax.vmap`` as local training and clipping call the models (``nets.per_example_loss``);
+  ``kh * kw`` shifted windows as strided slices, concatenated, times the kernel; with fewer than 24 output
+  channels, as the CIFAR CNN's first layer, several output columns per patch: ``conv.width_tile``), called
+  per example under ``jax.vmap`` as local training and clipping call the models (``nets.per_example_loss``);
 - ``jaxfl batched``: the same convolution called once on the whole batch;
 - ``lax``: ``lax.conv_general_dilated``, flax's default convolution (XLA:CPU's own kernels), whole batch;
 - two candidates, not used by jaxfl, whole batch: ``gather unfold``, the im2col product with the patches

@@ -33,6 +33,7 @@ clipped sum from a weighted backward pass of the same forward. With no covered l
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -200,32 +201,73 @@ def _patches(a, geometry):
         patches = patches.reshape(patches.shape[:-1] + (a.shape[-1], -1))
         patches = jnp.swapaxes(patches, -1, -2)
         return patches.reshape(-1, patches.shape[-2] * patches.shape[-1])
-    dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
-    pads = jax.lax.padtype_to_pads(a.shape[1:-1], dilated, strides, padding) if isinstance(padding, str) else padding
-    a = jnp.pad(a, [(0, 0)] + [tuple(p) for p in pads] + [(0, 0)])
-    patches = jaxfl_conv.unfold(a, kernel_size, strides, kernel_dilation)
+    patches = jaxfl_conv.unfold(_padded(a, geometry), kernel_size, strides, kernel_dilation)
     return patches.reshape(-1, patches.shape[-1])
 
 
-def _rows(layer: Layer, a, g):
-    """``(A, G)``: ``[B, P, K]`` input rows and ``[B, P, O]`` output gradients of a batch, float32."""
-    batch = g.shape[0]
-    g = g.reshape(batch, -1, g.shape[-1]).astype(jnp.float32)
+def _padded(a, geometry):
+    """``a: [n, *spatial, C]`` padded as the convolution pads it."""
+    kernel_size, strides, padding, _, kernel_dilation = geometry
+    dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
+    pads = jax.lax.padtype_to_pads(a.shape[1:-1], dilated, strides, padding) if isinstance(padding, str) else padding
+    return jnp.pad(a, [(0, 0)] + [tuple(p) for p in pads] + [(0, 0)])
+
+
+class _Rows(NamedTuple):
+    """A layer's rows over a batch, float32: ``a: [B, P, K]`` inputs and ``g: [B, P, O]`` output gradients.
+    For a convolution whose direct form runs width-tiled (``tile > 1``, :func:`jaxfl.models.conv.conv2d_valid`'s
+    product), ``a`` holds the tiled patches ``[B, P', K']`` and ``g`` the output gradients with the tiled
+    product's extra columns as zeros, ``[B, P' * tile, O]``."""
+
+    a: jnp.ndarray
+    g: jnp.ndarray
+    tile: int = 1
+    kernel_shape: tuple | None = None
+
+
+def _rows(layer: Layer, a, g) -> _Rows:
+    batch, out_channels = g.shape[0], g.shape[-1]
+    g = g.astype(jnp.float32)
     if layer.kind == "conv":
+        tile = _width_tile(layer, a, g)
+        if tile > 1:
+            kernel_size = layer.conv[0]
+            kernel_shape = tuple(kernel_size) + (a.shape[-1], out_channels)
+            patches = jax.vmap(lambda ai: jaxfl_conv.tiled_unfold(
+                _padded(ai.reshape((-1,) + ai.shape[-3:]), layer.conv), kernel_size, tile))(a)
+            extra = patches.shape[-2] * tile - g.shape[-2]
+            g = jnp.pad(g, [(0, 0)] * (g.ndim - 2) + [(0, extra), (0, 0)])
+            return _Rows(patches.reshape(batch, -1, patches.shape[-1]).astype(jnp.float32),
+                         g.reshape(batch, -1, out_channels), tile, kernel_shape)
         a = jax.vmap(lambda ai: _patches(ai, layer.conv))(a)
-    return a.reshape(batch, -1, a.shape[-1]).astype(jnp.float32), g
+    return _Rows(a.reshape(batch, -1, a.shape[-1]).astype(jnp.float32), g.reshape(batch, -1, out_channels))
 
 
-def _gram_is_cheaper(a, g) -> bool:
+def _width_tile(layer: Layer, a, g) -> int:
+    """The width tile of a 2-D, stride-1, undilated convolution's direct form (1: untiled rows)."""
+    kernel_size, strides, _, input_dilation, kernel_dilation = layer.conv
+    if len(kernel_size) != 2 or any(v != 1 for v in strides + input_dilation + kernel_dilation):
+        return 1
+    positions, k, o = g[0, ..., 0].size, math.prod(kernel_size) * a.shape[-1], g.shape[-1]
+    if _gram_is_cheaper(positions, k, o):
+        return 1
+    return jaxfl_conv.width_tile(o, g.shape[-2])
+
+
+def _gram_is_cheaper(p: int, k: int, o: int) -> bool:
     """The Gram form costs ``P^2 (K + O)`` per example, the direct form ``P K O``."""
-    p, k, o = a.shape[1], a.shape[2], g.shape[2]
     return p * p * (k + o) < p * k * o
 
 
-def _norms_sq(layer: Layer, a, g):
+def _norms_sq(layer: Layer, rows: _Rows):
     """Per-example squared gradient norms ``[B]`` of ``layer``'s parameters, and what the weighted sum
     needs (the per-example kernel gradients when the direct form is used)."""
-    if _gram_is_cheaper(a, g):
+    a, g = rows.a, rows.g
+    if rows.tile > 1:
+        wide = jnp.einsum("bpk,bpo->bko", a, g.reshape(g.shape[0], a.shape[1], -1))
+        per_example = jaxfl_conv.narrow_kernel_gradient(wide, rows.kernel_shape, rows.tile)
+        kernel = jnp.sum(jnp.square(per_example), axis=(1, 2))
+    elif _gram_is_cheaper(a.shape[1], a.shape[2], g.shape[2]):
         kernel = jnp.einsum("bpq,bpq->b", a @ jnp.swapaxes(a, 1, 2), g @ jnp.swapaxes(g, 1, 2))
         per_example = None
     else:
@@ -281,7 +323,7 @@ def _probed_losses(loss_fn, layers: list[Layer]):
 
 class _Pass(NamedTuple):
     layers: list            # covered layers
-    rows: list              # per layer (A [B, P, K], G [B, P, O])
+    rows: list              # per layer: _Rows
     per_example: list       # per layer: per-example kernel gradients [B, K, O] (direct form) or None
     norms: jnp.ndarray      # [B] per-example global gradient norms
     backward: object        # the forward pass's vjp: per-example loss weights [B] -> (params, probes) cotangents
@@ -298,7 +340,7 @@ def _ghost_pass(loss_fn, params, x, y, layers, flags=None) -> _Pass:
                                        has_aux=True)
     _, out_grads = backward(jnp.ones_like(losses))
     rows = [_rows(layer, a, g) for layer, a, g in zip(layers, inputs, out_grads)]
-    per_layer = [_norms_sq(layer, a, g) for layer, (a, g) in zip(layers, rows)]
+    per_layer = [_norms_sq(layer, r) for layer, r in zip(layers, rows)]
     norms_sq = sum(n for n, _ in per_layer)
 
     covered = {i for layer in layers for i in (layer.kernel, layer.bias) if i is not None}
@@ -353,8 +395,8 @@ def ghost_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_nor
             cotangents = jax.tree_util.tree_leaves(ghost.backward(weighted_by))
             for i in indices:
                 summed[i] = cotangents[i]
-    for layer, (a, g), per_example in zip(layers, ghost.rows, ghost.per_example):
-        for i, s in _weighted_sums(layer, a, g, per_example, weights, leaves).items():
+    for layer, rows, per_example in zip(layers, ghost.rows, ghost.per_example):
+        for i, s in _weighted_sums(layer, rows.a, rows.g, per_example, weights, leaves).items():
             summed[i] = s
     return ClippedSum(
         value=jax.tree_util.tree_unflatten(treedef, summed),

@@ -18,9 +18,13 @@ def _lax(x, w):
                                               pytest.param((2, 6, 6, 3), (3, 3, 3, 5), marks=pytest.mark.slow),
                                               ((1, 5, 8, 2), (2, 4, 2, 3)),
                                               pytest.param((2, 7, 7, 9), (3, 3, 9, 4), marks=pytest.mark.slow),
-                                              ((2, 3, 3, 4), (1, 1, 4, 2))],
-                         ids=["c1", "c3", "c2-rect", "c9", "1x1"])
+                                              ((2, 3, 3, 4), (1, 1, 4, 2)),
+                                              ((2, 6, 7, 3), (3, 3, 3, 24)),
+                                              ((2, 5, 12, 2), (3, 3, 2, 5))],
+                         ids=["c1", "c3", "c2-rect", "c9", "1x1", "wide", "tiled-cut"])
 def test_values_and_gradients_equal_lax(x_shape, w_shape):
+    """Narrow kernels take the width-tiled product (every case but "wide"); "tiled-cut" tiles 4 columns over
+    an output 10 wide, so the product runs past the output and is cut."""
     kx, kw, kc = jax.random.split(jax.random.PRNGKey(0), 3)
     x, w = jax.random.normal(kx, x_shape), jax.random.normal(kw, w_shape)
     cot = jax.random.normal(kc, _lax(x, w).shape)  # a generic cotangent, not a symmetric one like sum(y)
@@ -32,6 +36,11 @@ def test_values_and_gradients_equal_lax(x_shape, w_shape):
     tangents = (jnp.ones_like(x), jnp.ones_like(w))  # forward mode works too (no custom_vjp)
     np.testing.assert_allclose(jax.jvp(conv.conv2d_valid, (x, w), tangents)[1], jax.jvp(_lax, (x, w), tangents)[1],
                                rtol=1e-5, atol=1e-4)
+
+
+def test_width_tile():
+    assert [conv.width_tile(o, 28) for o in (6, 5, 12, 13, 24, 64)] == [4, 4, 2, 1, 1, 1]
+    assert conv.width_tile(6, 3) == 3 and conv.width_tile(2, 100) == 12
 
 
 def test_gradients_inside_scan_and_vmap_equal_lax():

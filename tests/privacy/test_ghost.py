@@ -83,12 +83,14 @@ CONVS = {
     "conv1d": (nn.Conv(4, (3,), padding="SAME"), (10, 3)),
     "conv3d": (nn.Conv(2, (2, 2, 2), padding="VALID"), (4, 4, 3, 2)),
     "gram-form": (nn.Conv(64, (3, 3), padding="VALID"), (4, 4, 16)),  # P = 4 positions: Gram is cheaper
+    # 6 output channels: the direct form on width-tiled rows (4 columns per row over an output 11 wide, cut)
+    "width-tiled-same": (nn.Conv(6, (5, 5), padding="SAME"), (9, 11, 2)),
     "dense-sequence-gram": (nn.Dense(48), (3, 40)),  # 3 rows: Gram form
     "dense-sequence-direct": (nn.Dense(2), (12, 3)),  # 12 rows, K O = 6: direct form
 }
 
 
-FAST_GEOMETRIES = ("gram-form",)  # the rest in the slow tier (the library nets cover the direct form)
+FAST_GEOMETRIES = ("gram-form", "width-tiled-same")  # the rest in the slow tier (library nets: the direct form)
 
 
 @pytest.mark.parametrize("name", [name if name in FAST_GEOMETRIES else pytest.param(name, marks=pytest.mark.slow)
@@ -100,9 +102,20 @@ def test_layer_geometries_equal_explicit(name):
     _assert_same(loss_fn, params, x, y, MASK, 0.3)
 
 
+def test_width_tiled_rows():
+    """The tiled-width direct form is taken where conv2d_valid's product would be tiled (and not otherwise)."""
+    tiles = {}
+    for name in ("width-tiled-same", "gram-form", "kernel-dilation"):
+        layer, shape = CONVS[name]
+        loss_fn, params, x, y = _probe_case(layer, shape)
+        conv_layer = ghost.covered_layers(loss_fn, params, x[0], y[0])[0]
+        out = jnp.zeros((2,) + conv_layer.out_shape)
+        tiles[name] = ghost._rows(conv_layer, x[:2], out).tile
+    assert tiles == {"width-tiled-same": 4, "gram-form": 1, "kernel-dilation": 1}
+
+
 def test_form_choice_follows_cost():
-    a_few_rows = (jnp.zeros((1, 4, 144)), jnp.zeros((1, 4, 64)))
-    many_rows = (jnp.zeros((1, 576, 25)), jnp.zeros((1, 576, 32)))
+    a_few_rows, many_rows = (4, 144, 64), (576, 25, 32)   # (P, K, O)
     assert ghost._gram_is_cheaper(*a_few_rows) and not ghost._gram_is_cheaper(*many_rows)
 
 
