@@ -16,7 +16,10 @@ SGD update. Samples per second of that step, for three models (seed 002's ``Mnis
 - ``jaxfl ghost``: the same with :func:`jaxfl.privacy.clipping.clipped_grad_sum` (the default,
   ``method="auto"``: ghost norms for every Dense/Conv layer of these models, :mod:`jaxfl.privacy.ghost`;
   ``microbatch="auto"``: the batch in cache-sized slices, :mod:`jaxfl.privacy.microbatch`);
-- ``jaxfl unsliced``: ``jaxfl ghost`` with ``microbatch=None`` (the whole batch at once).
+- ``jaxfl unsliced``: ``jaxfl ghost`` with ``microbatch=None`` (the whole batch at once);
+- ``jaxfl untiled`` (the CIFAR CNN only: its first convolution has fewer than
+  ``jaxfl.models.conv.PRODUCT_COLUMNS`` output channels): ``jaxfl ghost`` with that layer's forward product and
+  ghost rows untiled, one narrow im2col product, as jaxfl ran it before the width tiling (``conv.width_tile``).
 
 Opacus runs with ``noise_multiplier=1.0, max_grad_norm=1.0``, ``torch.optim.SGD``, ``loss_reduction="mean"``,
 ``poisson_sampling=False``, over the same pre-made batches (no DataLoader in the timed loop) and
@@ -40,6 +43,7 @@ Usage: python bench/clipping_vs_opacus.py [--repeats 3] [--batches 64 256 1024] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import warnings
@@ -49,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfl.models import nets
+from jaxfl.models import conv, nets
 from jaxfl.experiments.report import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.privacy.clipping import clipped_grad_sum, explicit_clipped_grad_sum
 from jaxfl.privacy.microbatch import microbatch_size
@@ -186,6 +190,22 @@ def make_batches(name: str, batch: int, steps: int, seed: int = 0):
 def jax_loss(name: str):
     module, _, classes = MODELS[name]
     return nets.per_example_loss(module, nets.binary_logistic_loss if classes == 1 else nets.softmax_cross_entropy)
+
+
+@contextlib.contextmanager
+def untiled_convolutions():
+    """jaxfl's convolutions as before the width tiling: one im2col product per layer, however few its output
+    channels (programs traced inside the block keep it)."""
+    saved = conv.PRODUCT_COLUMNS
+    conv.PRODUCT_COLUMNS = 1
+    try:
+        yield
+    finally:
+        conv.PRODUCT_COLUMNS = saved
+
+
+def has_tiled_convolution(params) -> bool:
+    return any(leaf.ndim == 4 and leaf.shape[-1] < conv.PRODUCT_COLUMNS for leaf in jax.tree_util.tree_leaves(params))
 
 
 def jax_runner(name: str, method, batch: int, steps: int):
@@ -384,8 +404,9 @@ def main(argv=None) -> int:
     jax_methods = {"jaxfl vmap": explicit_clipped_grad_sum, "jaxfl unsliced": functools.partial(
         clipped_grad_sum, microbatch=None), "jaxfl ghost": clipped_grad_sum}
     methods = ["opacus hooks", "opacus ghost"] + list(jax_methods)
+    every_method = methods + ["jaxfl untiled"]
     rows, ratios = [], {}
-    header = f"{'model':24s} {'batch':>5s} {'steps':>5s} " + " ".join(f"{m:>14s}" for m in methods)
+    header = f"{'model':24s} {'batch':>5s} {'steps':>5s} " + " ".join(f"{m:>14s}" for m in every_method)
     print("samples/s (best of %d), DP-SGD step: clip C=1, sum, noise sigma=1, SGD" % args.repeats)
     print(header, flush=True)
     for name in args.models:
@@ -393,13 +414,17 @@ def main(argv=None) -> int:
             steps = max(args.min_steps, args.samples // batch)
             runners = {m: opacus_runner(name, m.split()[1], batch, steps) if m.startswith("opacus")
                        else jax_runner(name, jax_methods[m], batch, steps) for m in methods}
+            module, shape, _ = MODELS[name]
+            if has_tiled_convolution(nets.init_params(module, jax.random.PRNGKey(0), shape)):
+                with untiled_convolutions():
+                    runners["jaxfl untiled"] = jax_runner(name, clipped_grad_sum, batch, steps)
+                    runners["jaxfl untiled"]()   # traced (and compiled) here, untiled
             best = interleaved_best_seconds(runners, args.repeats)   # a warm-up call each, then interleaved
             del runners
-            sps = {m: batch * steps / best[m] for m in methods}
-            module, shape, _ = MODELS[name]
+            sps = {m: batch * steps / best[m] for m in best}
             xb, yb = (a[0] for a in make_batches(name, batch, 1))
             slices = microbatch_size(jax_loss(name), nets.init_params(module, jax.random.PRNGKey(0), shape), xb, yb)
-            for m in methods:
+            for m in sps:
                 rows.append({"model": name, "batch": batch, "method": m, "steps_per_call": steps,
                              "seconds_per_step": best[m] / steps, "samples_per_second": sps[m]}
                             | ({"microbatch": slices} if m == "jaxfl ghost" else {}))
@@ -408,9 +433,9 @@ def main(argv=None) -> int:
                 m: {"vs_opacus_ghost": sps[m] / sps["opacus ghost"],
                     "vs_opacus_hooks_weaker_baseline": sps[m] / sps["opacus hooks"],
                     "vs_faster_opacus_mode": sps[m] / best_opacus}
-                for m in methods if m.startswith("jaxfl")}
-            print(f"{TITLES[name]:24s} {batch:5d} {steps:5d} " + " ".join(f"{sps[m]:14,.0f}" for m in methods),
-                  flush=True)
+                for m in sps if m.startswith("jaxfl")}
+            print(f"{TITLES[name]:24s} {batch:5d} {steps:5d} " + " ".join(
+                f"{sps[m]:14,.0f}" if m in sps else f"{'-':>14s}" for m in every_method), flush=True)
 
     print("\nratio jaxfl / Opacus-ghost samples/s (headline; > 1: jaxfl faster) [and / Opacus-hooks, weaker]")
     for name, per_batch in ratios.items():
@@ -431,11 +456,12 @@ def main(argv=None) -> int:
                  "opacus": "make_private(noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False, "
                            "loss_reduction='mean'), torch.optim.SGD, pre-made batches in a Python loop",
                  "jaxfl": "explicit_clipped_grad_sum (vmap) / clipped_grad_sum (ghost: its defaults, ghost norms and "
-                          "microbatch='auto'; unsliced: microbatch=None) + jax.random.normal noise + SGD, "
+                          "microbatch='auto'; unsliced: microbatch=None; untiled: narrow convolutions as one "
+                          "im2col product, as before the width tiling) + jax.random.normal noise + SGD, "
                           "jitted, "
                           "steps in one lax.scan"},
         "repeats": args.repeats, "samples_per_call": args.samples,
-        "methods": methods,
+        "methods": every_method,
         "ratio": min(r["jaxfl ghost"]["vs_opacus_ghost"] for per_batch in ratios.values() for r in per_batch.values()),
         "baseline": "Opacus ghost clipping (grad_sample_mode='ghost'), same models, batches, clip, noise and threads; "
                     "ratio = the smallest over models and batches of jaxfl's default clipping (ghost norms, batches in "

@@ -22,6 +22,10 @@ Side by side in this process, each program jitted and timed after a warm-up (bes
   steps over the same pre-made batches with ``torch.set_num_threads(os.cpu_count())`` (JAX uses all cores
   too). Warm-up excluded, the two interleaved in every repeat, best of ``--step-repeats``. ``ratio`` =
   jaxfl samples/s / torch samples/s (> 1: jaxfl faster); the headline ``ratio`` is LeNet-5 at batch 20.
+  For a model with a convolution of fewer than ``jaxfl.models.conv.PRODUCT_COLUMNS`` output channels (the
+  CIFAR CNN's first layer) the row ``untiled`` runs the same steps with that layer as one narrow im2col
+  product, as jaxfl ran it before the width tiling (``conv.width_tile``); ``tiling_speedup`` = jaxfl
+  samples/s / untiled samples/s.
   Needs the ``bench`` extra (torch); without it the benchmark prints one line and exits.
 
 ``speedup`` = old seconds / new seconds. Usage:
@@ -132,6 +136,10 @@ def vs_pytorch(repeats: int) -> dict:
         run_jax, params, x, y = jax_epoch(module, input_shape, classes, batch)
         runs = {"jaxfl": run_jax, "jaxfl unsliced": jax_epoch(module, input_shape, classes, batch, None)[0],
                 "torch": torch_epoch(mirrors, name, params, input_shape, batch, x, y)}
+        if mirrors.has_tiled_convolution(params):
+            with mirrors.untiled_convolutions():
+                runs["jaxfl untiled"] = jax_epoch(module, input_shape, classes, batch)[0]
+                runs["jaxfl untiled"]()   # traced (and compiled) here, untiled
         sps = {way: STEPS * batch / seconds for way, seconds in interleaved_best_seconds(runs, repeats).items()}
         slices = microbatch_size(nets.per_example_loss(module, nets.softmax_cross_entropy), params, x[:batch],
                                  y[:batch])
@@ -140,8 +148,12 @@ def vs_pytorch(repeats: int) -> dict:
                      "ratio": sps["jaxfl"] / sps["torch"],
                      "jaxfl_unsliced_samples_per_second": sps["jaxfl unsliced"],
                      "ratio_unsliced": sps["jaxfl unsliced"] / sps["torch"]})
+        if "jaxfl untiled" in sps:
+            rows[-1].update(jaxfl_untiled_samples_per_second=sps["jaxfl untiled"],
+                            tiling_speedup=sps["jaxfl"] / sps["jaxfl untiled"])
+        untiled = f", untiled {sps['jaxfl untiled']:8,.0f}" if "jaxfl untiled" in sps else ""
         print(f"{title:9s} batch {batch:3d}: jaxfl {sps['jaxfl']:8,.0f} samples/s (slices of {slices}), unsliced "
-              f"{sps['jaxfl unsliced']:8,.0f}, torch {sps['torch']:8,.0f} samples/s, ratio jaxfl/torch "
+              f"{sps['jaxfl unsliced']:8,.0f}{untiled}, torch {sps['torch']:8,.0f} samples/s, ratio jaxfl/torch "
               f"{rows[-1]['ratio']:.2f} (unsliced {rows[-1]['ratio_unsliced']:.2f})", flush=True)
     return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(), "jax_threads": "XLA:CPU default (all cores)",
@@ -217,7 +229,8 @@ def main(argv=None) -> int:
         "notes": "step: one LeNet-5 SGD step of batch 20 inside lax.scan. round: one dprec/mnist round of 10 clients; "
                  "speedup = 'lax conv, vmap' seconds / 'one at a time' seconds (jaxfl conv, clients_per_pass=1). "
                  "vs_pytorch: jaxfl (jitted lax.scan of 43 SGD steps, gradients by local.mean_loss_and_grad in its "
-                 "default microbatch slices; 'unsliced': the whole batch at once) against PyTorch eager (a loop of "
+                 "default microbatch slices; 'unsliced': the whole batch at once; 'untiled': narrow convolutions as "
+                 "one im2col product, as before the width tiling) against PyTorch eager (a loop of "
                  "43 steps), "
                  "same model, batch and initial weights, interleaved, best of repeats.",
     }

@@ -11,7 +11,9 @@ gradient as one product ``patches^T @ dy`` and the input gradient as ``dy @ W^T`
 slices' transposes (pads and adds), all on XLA:CPU's dot path. A LeNet-5 SGD step of batch 20 in a
 scan went from 7.6 ms (lax's forward and input-gradient convolutions plus a custom kernel gradient) to
 5.8 ms (Intel Xeon VM, ``git show 3412eb1:bench/results/local_training.json``). The patches take
-``kh * kw`` times the input's memory. ``bench/conv_layers.py`` times each layer against PyTorch.
+``kh * kw`` times the input's memory. A kernel with fewer than :data:`PRODUCT_COLUMNS` output channels
+computes several neighbouring output columns per patch (:func:`width_tile`), so its product is wide
+enough for XLA:CPU's matrix products. ``bench/conv_layers.py`` times each layer against PyTorch.
 
 :func:`max_pool_2x2` is ``nn.max_pool(x, (2, 2), strides=(2, 2))`` as a reshape and a max, whose gradient
 is an elementwise select rather than XLA's select-and-scatter (2-2.5x faster forward + backward here).
@@ -72,9 +74,9 @@ def conv2d_valid(x, w):
     spans ``s = width_tile(c_out, ow)`` neighbouring output columns (``kh x (kw + s - 1)`` windows at
     stride ``s`` along the width) and the kernel is laid out ``s`` times, shifted by one column each, into a
     ``[kh * (kw + s - 1) * c_in, s * c_out]`` matrix that is zero elsewhere: ``(kw + s - 1) / kw`` times the
-    multiply-adds, in a product ``s`` times wider. For the CIFAR CNN's first layer (``s = 4``) the forward
-    and kernel-gradient pass took 2.0 instead of 4.6 ms at batch 64 on a 2-core AMD EPYC (one-off timing;
-    ``bench/conv_layers.py`` times the layers).
+    multiply-adds, in a product ``s`` times wider. With the CIFAR CNN's first layer at ``s = 4`` its SGD steps
+    ran 1.25x / 1.27x faster at batch 20 / 64 than untiled on a 2-core AMD EPYC (``tiling_speedup`` in
+    ``bench/results/local_training.json``).
     """
     kh, kw, c, o = w.shape
     s = width_tile(o, x.shape[-2] - kw + 1)

@@ -10,7 +10,10 @@ gradient with respect to the layer's output at those rows. Its squared norm is e
   ``||a_i||^2 ||g_i||^2`` (Goodfellow 2015; Li et al. 2022 for sequences; Bu et al. 2023 for
   convolutions),
 
-whichever is cheaper, and the bias's is ``||sum_p G_i[p]||^2``. ``G`` comes from one backward pass with
+whichever is cheaper, and the bias's is ``||sum_p G_i[p]||^2``. A 2-D, stride-1 convolution with few output
+channels runs the direct form on the rows of :func:`jaxfl.models.conv.conv2d_valid`'s width-tiled product
+(``s`` output columns per row, the per-example ``[K', s O]`` gradients summed back to ``[K, O]``), as its
+forward pass does. ``G`` comes from one backward pass with
 respect to zero "probes" added to every covered layer's output, so no ``[batch, *params]`` gradient is
 ever formed (a convolution's ``[batch, K, O]`` per-example kernel gradients are, when the direct form is
 cheaper); the clipped sum of a layer is then one contraction ``sum_i w_i A_i^T G_i`` with ``w_i`` each
