@@ -266,15 +266,14 @@ def _norms_sq(layer: Layer, rows: _Rows):
     """Per-example squared gradient norms ``[B]`` of ``layer``'s parameters, and what the weighted sum
     needs (the per-example kernel gradients when the direct form is used)."""
     a, g = rows.a, rows.g
-    if rows.tile > 1:
-        wide = jnp.einsum("bpk,bpo->bko", a, g.reshape(g.shape[0], a.shape[1], -1))
-        per_example = jaxfl_conv.narrow_kernel_gradient(wide, rows.kernel_shape, rows.tile)
-        kernel = jnp.sum(jnp.square(per_example), axis=(1, 2))
-    elif _gram_is_cheaper(a.shape[1], a.shape[2], g.shape[2]):
+    if rows.tile == 1 and _gram_is_cheaper(a.shape[1], a.shape[2], g.shape[2]):
         kernel = jnp.einsum("bpq,bpq->b", a @ jnp.swapaxes(a, 1, 2), g @ jnp.swapaxes(g, 1, 2))
         per_example = None
     else:
-        per_example = jnp.einsum("bpk,bpo->bko", a, g)
+        # tiled rows: each row's tile * O output gradients side by side, the [K', tile * O] gradients narrowed
+        per_example = jnp.einsum("bpk,bpo->bko", a, g.reshape(g.shape[0], a.shape[1], -1))
+        if rows.tile > 1:
+            per_example = jaxfl_conv.narrow_kernel_gradient(per_example, rows.kernel_shape, rows.tile)
         kernel = jnp.sum(jnp.square(per_example), axis=(1, 2))
     if layer.bias is not None:
         kernel = kernel + jnp.sum(jnp.square(jnp.sum(g, axis=1)), axis=1)
