@@ -67,6 +67,8 @@ def _run_workers(args, out: Path, workers: int) -> None:
         argv += ["--panel", label]
     if args.segment_rounds is not None:
         argv += ["--segment-rounds", str(args.segment_rounds)]
+    if args.configs_per_batch is not None:
+        argv += ["--configs-per-batch", str(args.configs_per_batch)]
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
     procs = []
     for i in range(workers):
@@ -96,13 +98,16 @@ def _cmd_reproduce(args) -> int:
     workers = checks.positive_int("--workers", args.workers)
     segment_rounds = None if args.segment_rounds is None else checks.positive_int("--segment-rounds",
                                                                                     args.segment_rounds)
+    per_batch = None if args.configs_per_batch is None else checks.positive_int("--configs-per-batch",
+                                                                                args.configs_per_batch)
+    options = {"segment_rounds": segment_rounds, "configs_per_batch": per_batch}
     # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
     share = None if args.worker is None else _worker_share(args.worker, out)
     registry.check_keeps_results(experiment.study.form_of(args.quick, args.variant, args.panel), out)
     if share is not None:
-        experiment.run(args.quick, out, args.variant, args.panel, share, segment_rounds=segment_rounds)
+        experiment.run(args.quick, out, args.variant, args.panel, share, **options)
         return 0
     record = None
     if workers > 1:
@@ -110,7 +115,7 @@ def _cmd_reproduce(args) -> int:
         _run_workers(args, out, workers)
         record = {"count": workers, "wall_seconds": time.perf_counter() - start}
         print(f"{args.name}: the {workers} workers are done ({record['wall_seconds']:.0f} s); collecting their results")
-    path = experiment.run(args.quick, out, args.variant, args.panel, workers=record, segment_rounds=segment_rounds)
+    path = experiment.run(args.quick, out, args.variant, args.panel, workers=record, **options)
     print(f"wrote {path}")
     return 0
 
@@ -182,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run each grid program in segments of about K rounds, checkpointed under OUT/checkpoints "
                           "after every segment, so that a program stopped mid-way resumes there (results equal up "
                           "to float rounding; default: one program per part)")
+    rep.add_argument("--configs-per-batch", type=int, default=None, metavar="N",
+                     help="grid points per compiled call of every grid program, instead of the study's own (memory "
+                          "and speed only: e.g. more on a GPU; results equal to float rounding; stored parts are "
+                          "reused only by runs with the same N)")
     rep.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # I/N: one worker's share (internal)
     rep.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a worker's core (internal)
     rep.set_defaults(func=_cmd_reproduce)

@@ -4,7 +4,8 @@
 # in priority order, until a deadline. Used on a lent H200 for results/huang-jdp/table1-{mnist,fashion-mnist}/gpu
 # (jobs t1m, t1f) and their dp-tuned variants (t1mt; t1ft up to n = 256, with 24 of n = 512's 25 parts stored),
 # and on a second one for Figure 1's dp-tuned n = 512 (f1t), Table 4's dp-tuned n = 256 half (t4t) and 22 of
-# Table 2's 40 parts (t2); the default JOBS are what is left.
+# Table 2's 40 parts (t2), and on a third for 6 of the 54 parts of seed 002's CIFAR-10 grid (c10, at the study's 4
+# configurations per call); the default JOBS are what is left.
 #
 # The data travel in a folder the device tool carries (64 MiB with the tree): MNIST (11 MiB) serves every job but
 # t1f/t1ft (Fashion-MNIST, 29 MiB) and c10 (cifar10-subset, 14 MiB); all three do not fit beside the tree.
@@ -16,7 +17,8 @@
 # a .git that is not its own). Each study's folder is tarred into $OUT after every invocation. JOBS picks
 # studies (default: all, in the order below); ONESHOT=1 passes all of a study's panels to one invocation,
 # else each invocation adds one panel, so every invocation ends with a results.json over the panels finished
-# (the earlier panels' stored parts are reused).
+# (the earlier panels' stored parts are reused). CPB=N runs every grid program N configurations per compiled call
+# instead of the study's own number (`jaxfl reproduce --configs-per-batch`; stored parts are reused only at the same N).
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the tarred results}" "${JAXFL_DATA_DIR:?set JAXFL_DATA_DIR}"
 BUDGET=${BUDGET:-540}
@@ -33,6 +35,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
   local tag=$1 name=$2 out=$3 variant=$4; shift 4
   local args=(reproduce "$name" --out "$out") steps=("$@")
   [ -n "$variant" ] && args+=(--variant "$variant")
+  [ -n "${CPB:-}" ] && args+=(--configs-per-batch "$CPB")
   [ -n "${ONESHOT:-}" ] || [ $# -eq 0 ] && { for p in "$@"; do args+=(--panel "$p"); done; steps=(all); }
   for p in "${steps[@]}"; do
     [ "$p" = all ] || args+=(--panel "$p")
@@ -46,9 +49,10 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
-# Table 1's last dp-tuned part first (issue 16's table), then Table 2 at Table 1's rate (n = 256, where its eps-1 rows
-# should sit at chance as Table 1's DP rows do), then issue 15's CIFAR-10 grid and DP-REC's 1,000 rounds.
-for job in ${JOBS:-t1ft t2 c10 rec}; do
+# Issue 15's CIFAR-10 grid first (the one full form not run anywhere yet: ~1.8 h of H200 time at 4 configurations per
+# call, an estimate; docs/reproductions.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256, where its eps-1 rows should sit at
+# chance as Table 1's DP rows do). DP-REC's 1,000 rounds (rec) ran in full on the CPU; on a GPU only on request.
+for job in ${JOBS:-c10 t1ft t2}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;

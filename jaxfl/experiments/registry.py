@@ -56,25 +56,30 @@ def register(study):
     """Registers ``study`` as experiment ``study.name`` (run by :func:`reproduce`); returns it."""
     EXPERIMENTS[study.name] = Experiment(
         study.name, study.description,
-        lambda quick, out_dir, variant=None, panels=None, share=None, workers=None, segment_rounds=None: reproduce(
-            study, quick, out_dir, variant, panels=panels, share=share, workers=workers,
-            segment_rounds=segment_rounds),
+        lambda quick, out_dir, variant=None, panels=None, share=None, workers=None, **options: reproduce(
+            study, quick, out_dir, variant, panels=panels, share=share, workers=workers, **options),
         study)
     return study
 
 
 def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print, panels=None,
-              share=None, workers: dict | None = None, segment_rounds: int | None = None) -> Path | None:
+              share=None, workers: dict | None = None, segment_rounds: int | None = None,
+              configs_per_batch: int | None = None) -> Path | None:
     """Runs ``study`` (its quick form and/or named variant; only the panels labelled ``panels`` if given, a
     partial run whose results say so), writes its results under ``out_dir`` and prints its summary. With
     ``share`` (:class:`jaxfl.experiments.study.Share`, a worker of ``jaxfl reproduce --workers``): only the
     share's grid programs and runs, stored under ``out_dir``; nothing else is written and None returned.
     ``workers``: ``{"count", "wall_seconds"}`` of the workers' pass that ran before this one (recorded in the
     results' ``config.workers``). ``segment_rounds``: grid programs in checkpointed segments of about that many
-    rounds (:func:`jaxfl.experiments.study.run`)."""
+    rounds (:func:`jaxfl.experiments.study.run`). ``configs_per_batch``: grid points per compiled call of every
+    grid program, replacing :attr:`jaxfl.experiments.study.Study.configs_per_batch` (a part is keyed by it)."""
+    import dataclasses
+
     from jaxfl.experiments import report, study as study_lib
 
     form = study.form_of(quick, variant, panels)
+    if configs_per_batch is not None:
+        form = dataclasses.replace(form, configs_per_batch=configs_per_batch)
     check_keeps_results(form, out_dir)
     if share is not None:
         prefix = f"[worker {share.index + 1}/{share.count}] "

@@ -343,6 +343,7 @@ def study_config(study) -> dict:
                                                      "panels_of_full_study": [p.label for p in study.panels]}
     return {"form": study.form, "quick": study.is_quick, "trials": study.trials, "repetitions": study.reps,
             "panels": [p.label for _, p in study.panels_run], **partial, "selection": study.select.describe,
+            "configs_per_batch": study.configs_per_batch,
             "settings": {k: v for k, v in study.settings.items() if not callable(v)}}
 
 

@@ -321,6 +321,32 @@ def test_stored_parts_hold_no_params_when_the_study_does_not_use_them(quick_resu
         assert stored.params is None and set(stored.metrics) == {"train_loss", "test_error"}
 
 
+@pytest.mark.slow
+def test_configs_per_batch_option_splits_every_grid_program_alike(quick_results, monkeypatch, tmp_path):
+    """``--configs-per-batch N`` runs every grid program N configurations per call (the quick form: the whole grid
+    in one), recorded in ``config``; the selections are the one-call run's, the metrics equal to float rounding."""
+    from jaxfl.experiments import study as study_lib
+
+    _, whole = quick_results[SMOKE]
+    calls = []
+    def spy(*args, **kwargs):
+        calls.append(kwargs["configs_per_batch"])
+        return sweep(*args, **kwargs)
+
+    sweep = study_lib.sweep
+    monkeypatch.setattr(study_lib, "sweep", spy)
+    assert main(["reproduce", SMOKE, "--quick", "--configs-per-batch", "2", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert calls and set(calls) == {2} and whole["config"]["configs_per_batch"] is None
+    assert doc["config"]["configs_per_batch"] == 2
+    assert len(doc["runs"]) == len(whole["runs"])
+    for ours, theirs in zip(doc["runs"], whole["runs"]):
+        assert {k: ours[k] for k in ("algorithm", "epsilon", "step_size", "clip_norm", "phase_length")} == \
+            {k: theirs[k] for k in ("algorithm", "epsilon", "step_size", "clip_norm", "phase_length")}
+        assert ours["metrics"] == pytest.approx(theirs["metrics"], rel=1e-4, abs=1e-5)
+    assert main(["reproduce", SMOKE, "--quick", "--configs-per-batch", "0", "--out", str(tmp_path)]) == 2
+
+
 def test_mnist_runs_local_sgd_more_configs_per_call():
     assert N.MNIST.batch_for("local") == 50 and N.MNIST.batch_for("alt") == 10
     assert N.MNIST.form_of(True).batch_for("local") is None  # the quick form: the whole grid per call
