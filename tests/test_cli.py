@@ -150,6 +150,25 @@ def test_the_machine_a_part_ran_on_names_its_vector_extensions(monkeypatch):
     assert _machine_label({}) == "unrecorded"
 
 
+def test_the_machine_of_a_part_run_on_an_accelerator_names_it_before_its_host(monkeypatch):
+    """On a GPU or TPU backend the record names the accelerator (count and kind) beside the host processor, so a
+    part a lent GPU ran is not labelled with its host CPU alone; on the CPU backend there is no such field."""
+    from types import SimpleNamespace
+
+    import jax
+
+    from jaxfl.experiments import report
+    from jaxfl.experiments.study import _machine_label
+
+    assert "accelerator" not in report.machine()
+    monkeypatch.setattr(report, "cpu_flags", lambda: "avx2 fma")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "device_count", lambda: 2)
+    monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(device_kind="NVIDIA H200")] * 2)
+    assert report.machine()["accelerator"] == "2 x NVIDIA H200"
+    assert _machine_label({"machine": report.machine()}) == f"2 x NVIDIA H200, host {report.cpu_model()}: avx2 fma"
+
+
 def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(monkeypatch):
     """A launcher that ships a tree to another machine names its commit ($JAXFL_SOURCE_COMMIT): recorded as
     declared, before git is asked (a copied tree may sit beside a .git not its own); where neither answers, None."""

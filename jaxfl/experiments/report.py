@@ -201,8 +201,14 @@ def write_benchmark(record: dict, path) -> Path:
 
 def machine() -> dict:
     """The processor a result came from: its name (:func:`cpu_model`) and the vector extensions XLA:CPU
-    compiled for (:func:`cpu_vector_extensions`), as stored parts, results and benchmark records name it."""
-    return {"cpu": cpu_model(), "cpu_vector_extensions": cpu_vector_extensions()}
+    compiled for (:func:`cpu_vector_extensions`), as stored parts, results and benchmark records name it; on an
+    accelerator backend also ``"accelerator": "COUNT x KIND"`` (e.g. ``"1 x NVIDIA H200"``), which ran the programs
+    while the processor hosted them."""
+    import jax
+
+    accelerator = {} if jax.default_backend() == "cpu" else {
+        "accelerator": f"{jax.device_count()} x {jax.devices()[0].device_kind}"}
+    return {"cpu": cpu_model(), "cpu_vector_extensions": cpu_vector_extensions(), **accelerator}
 
 
 def environment() -> dict:

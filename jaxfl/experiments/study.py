@@ -434,10 +434,13 @@ def _source_label(source: Mapping | None) -> str:
 
 
 def _machine_label(stored: Mapping | None) -> str:
-    """``"CPU NAME: EXTENSIONS"`` of a part's :func:`machine`, or ``"unrecorded"`` (a part stored before parts
-    recorded it)."""
+    """``"CPU NAME: EXTENSIONS"`` of a part's :func:`machine` (``"ACCELERATOR, host CPU NAME: EXTENSIONS"`` where an
+    accelerator ran it), or ``"unrecorded"`` (a part stored before parts recorded it)."""
     m = (stored or {}).get("machine")
-    return f"{m['cpu']}: {m['cpu_vector_extensions'] or 'none listed'}" if m else "unrecorded"
+    if not m:
+        return "unrecorded"
+    host = f"{m['cpu']}: {m['cpu_vector_extensions'] or 'none listed'}"
+    return f"{m['accelerator']}, host {host}" if m.get("accelerator") else host
 
 
 def _stored_sweep(study: Study, family: Family, program: Program, trial: Trial, seeds: list,

@@ -328,12 +328,12 @@ def test_configs_per_batch_option_splits_every_grid_program_alike(quick_results,
     from jaxfl.experiments import study as study_lib
 
     _, whole = quick_results[SMOKE]
-    calls = []
+    calls, sweep = [], study_lib.sweep
+
     def spy(*args, **kwargs):
         calls.append(kwargs["configs_per_batch"])
         return sweep(*args, **kwargs)
 
-    sweep = study_lib.sweep
     monkeypatch.setattr(study_lib, "sweep", spy)
     assert main(["reproduce", SMOKE, "--quick", "--configs-per-batch", "2", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "results.json").read_text())
