@@ -415,7 +415,8 @@ def main(argv=None) -> int:
             runners = {m: opacus_runner(name, m.split()[1], batch, steps) if m.startswith("opacus")
                        else jax_runner(name, jax_methods[m], batch, steps) for m in methods}
             module, shape, _ = MODELS[name]
-            if has_tiled_convolution(nets.init_params(module, jax.random.PRNGKey(0), shape)):
+            params = nets.init_params(module, jax.random.PRNGKey(0), shape)
+            if has_tiled_convolution(params):
                 with untiled_convolutions():
                     runners["jaxfl untiled"] = jax_runner(name, clipped_grad_sum, batch, steps)
                     runners["jaxfl untiled"]()   # traced (and compiled) here, untiled
@@ -423,7 +424,7 @@ def main(argv=None) -> int:
             del runners
             sps = {m: batch * steps / best[m] for m in best}
             xb, yb = (a[0] for a in make_batches(name, batch, 1))
-            slices = microbatch_size(jax_loss(name), nets.init_params(module, jax.random.PRNGKey(0), shape), xb, yb)
+            slices = microbatch_size(jax_loss(name), params, xb, yb)
             for m in sps:
                 rows.append({"model": name, "batch": batch, "method": m, "steps_per_call": steps,
                              "seconds_per_step": best[m] / steps, "samples_per_second": sps[m]}

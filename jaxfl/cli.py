@@ -15,12 +15,17 @@ import time
 from pathlib import Path
 
 
-def _cmd_demo(args) -> int:
+def _optional_positive_int(flag: str, value):
+    """``value`` of an optional option ``flag``: None when not given, else checked to be an integer >= 1."""
     from jaxfl import checks
+
+    return None if value is None else checks.positive_int(flag, value)
+
+
+def _cmd_demo(args) -> int:
     from jaxfl.experiments import demo
 
-    seeds = None if args.seeds is None else checks.positive_int("--seeds", args.seeds)
-    demo.main(quick=args.quick, seeds=seeds)
+    demo.main(quick=args.quick, seeds=_optional_positive_int("--seeds", args.seeds))
     return 0
 
 
@@ -96,11 +101,8 @@ def _cmd_reproduce(args) -> int:
 
     experiment = registry.get_experiment(args.name)
     workers = checks.positive_int("--workers", args.workers)
-    segment_rounds = None if args.segment_rounds is None else checks.positive_int("--segment-rounds",
-                                                                                    args.segment_rounds)
-    per_batch = None if args.configs_per_batch is None else checks.positive_int("--configs-per-batch",
-                                                                                args.configs_per_batch)
-    options = {"segment_rounds": segment_rounds, "configs_per_batch": per_batch}
+    options = {"segment_rounds": _optional_positive_int("--segment-rounds", args.segment_rounds),
+               "configs_per_batch": _optional_positive_int("--configs-per-batch", args.configs_per_batch)}
     # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
