@@ -14,7 +14,9 @@ FedProx-SPIDER per q in {1, 2} (R = 25) / {1..4} (R = 50) and Alt Fed-SPIDER ove
   median is extrapolated to the grid's number of calls, the spread (min, max) reported.
 * **one run at a time**: the same algorithm, one ``jax.jit``-compiled run (hyperparameters as
   arguments, so it compiles once per (algorithm, M, R, q) -- the kind a user's Python loop over the grid
-  would call), called once per run. Timed: its compilation and ``--timed-calls`` runs; extrapolated.
+  would call), called once per run, every participant under one ``vmap`` (where the study's Local SGD
+  program runs them one at a time, ``clients_per_pass``, which is slower for one run alone). Timed: its
+  compilation and ``--timed-calls`` runs; extrapolated.
 * **Check**: the single-run program and the vmapped program give the same final parameters for the same
   (config, seed).
 
@@ -92,7 +94,10 @@ def bench_program(study, family, program, trial, args) -> dict:
     t0 = time.perf_counter()
     compiled = grid.lower(*args_).compile()
     compile_s = time.perf_counter() - t0
-    single = single_run_program(build, int(program.rounds))
+    # One run alone keeps its silos under one vmap: running its participants one at a time, as the grid's Local
+    # SGD program does for its vmapped configs (`clients_per_pass`), made single runs slower (one-off timings)
+    single = single_run_program(S._builder(family, tuple(kv for kv in program.static if kv[0] != "clients_per_pass")),
+                                int(program.rounds))
     hp0 = {k: v[0] for k, v in part.items() if k != "__config__"}
     t0 = time.perf_counter()
     single_c = single.lower(hp0, seeds[0], trial.train, params, constants).compile()

@@ -96,13 +96,21 @@ def _per_round_rates(values) -> np.ndarray:
 def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
               server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
               sampling_rate=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
-              projection=None, microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
+              projection=None, microbatch="auto", clients_per_pass: int | None = None,
+              name: str | None = None) -> FederatedAlgorithm:
     """Local SGD / FedAvg; with ``noise_multiplier > 0`` every local step is clipped and noised.
 
     Each participating silo runs ``local_steps`` steps of ``client_opt`` from the server model
     (under ``lax.scan``) and sends ``w - w_local``; the server applies ``server_opt`` (default
     ``optax.sgd(1.0)``, i.e. plain model averaging) to the mean of those deltas, then ``projection``
     (see :func:`minibatch_sgd`; the other arguments, ``microbatch`` included, as there).
+
+    ``clients_per_pass`` (optional, an int): the participants run that many at a time, one after another
+    (:func:`jaxfl.engine.rounds.make_round`; not with one noise multiplier per silo), instead of all under
+    one ``vmap``: the same result to float rounding (the order of the sum over silos). Speed only: on a CPU a
+    long local loop of a small model is bound by streaming the vmapped models through the cache at every
+    step, and fewer silos at a time keep them cached (seed 002's MNIST grid: ``docs/performance.md``,
+    ``lowy_nonconvex_grid``); on a GPU the passes only serialise the work.
 
     Privacy: per round, each silo's transcript composes ``local_steps`` sampled Gaussians.
     """
@@ -125,7 +133,8 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
 
     return FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z),
+        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z,
+                         clients_per_pass=clients_per_pass),
         privacy=sampled_silo_privacy(sampler, noise_multiplier, int(local_steps)) if private else None,
         name=name or ("dp_local_sgd" if private else "local_sgd"),
     )

@@ -75,7 +75,7 @@ def _build(family: str, static: dict, *, epsilon, step_size, clip_norm, unit_z, 
                              noise_multiplier=z, silos_per_round=m)
     if family == "local":
         return local_sgd(loss, client_opt=optax.sgd(step_size), local_steps=k, batch_size=1, clip_norm=clip_norm,
-                         noise_multiplier=z, silos_per_round=m)
+                         noise_multiplier=z, silos_per_round=m, clients_per_pass=static.get("clients_per_pass"))
     if family == "spider":
         return algorithms.fedprox_spider(loss, step_size=step_size, phase_length=q, clip_norm=clip_norm,
                                          batch_size=k, noise_multiplier=z[0], difference_noise_multiplier=z[1],
@@ -98,6 +98,8 @@ def _programs(family: str):
             unit = A.experiment_noise_multipliers(family, n, delta, 1.0, rounds, k, q)
             static = (("loss", study["loss"]), ("silos_per_round", m), ("rounds", rounds), ("batch_size", k),
                       ("phase_length", q))
+            if family == "local" and study.settings.get("local_clients_per_pass"):   # absent: all silos at once
+                static += (("clients_per_pass", study["local_clients_per_pass"]),)
             out.append(Program(static, grid, 2 * rounds if family == "alt" else rounds,
                                {"unit_z": jax.tree_util.tree_map(lambda u: np.float32(u), unit), "n": n,
                                 "delta": delta}, {"batch_size": k, "phase_length": q}))
@@ -213,12 +215,16 @@ MNIST = register(_study(
               "loss": nets.mnist_loss, "error": nets.mnist_error,
               "epsilons": (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0),
               "steps": _steps((25, 50), *[lambda r: MNIST_GRID] * 3), "clips": (1.0, 5.0, 10.0, 100.0, 10000.0),
-              "phase_lengths": ((25, (1, 2)), (50, (1, 2, 3, 4)))},   # large q needs a large K
+              "phase_lengths": ((25, (1, 2)), (50, (1, 2, 3, 4))),   # large q needs a large K
+              # Local SGD's participants one at a time: the vmapped models of a call (configs x reps) stay in
+              # the cache through the 606 / 428 single-record local steps (docs/performance.md,
+              # lowy_nonconvex_grid); the same results to float rounding
+              "local_clients_per_pass": 1},
     panels=_panels((25, 25), (12, 50), (12, 25), (25, 50)), trials=_trials(3), reps=2, seed_base=11_000_000,
     # A Local SGD call shares each step's noise across its configs (same seeds), so more configs per call
-    # amortise it, until the vmapped models outgrow the cache; the other families gain nothing from more
-    # than about 10 (docs/performance.md, lowy_nonconvex_grid)
-    configs_per_batch={"mbsgd": 10, "local": 50, "spider": 10, "alt": 10}, notes=(MLP_NOTE,),
+    # amortise it, until a silo's vmapped models (configs x reps, one silo per pass) outgrow the cache; the
+    # other families gain nothing from more than about 10 (docs/performance.md, lowy_nonconvex_grid)
+    configs_per_batch={"mbsgd": 10, "local": 100, "spider": 10, "alt": 10}, notes=(MLP_NOTE,),
     quick={"trials": 1, "reps": 1, "panels": _panels((25, 4)), "configs_per_batch": None,
            "settings": {"epsilons": (0.75, 12.0), "clips": (1.0, 10.0), "phase_lengths": ((4, (2,)),),
                         "steps": _steps((4,), lambda r: exp_grid(-2.25, 0, 2), lambda r: exp_grid(-4.5, -2.25, 2),

@@ -6,9 +6,10 @@ import optax
 import pytest
 from _helpers import make_silos
 
+from jaxfl.algorithms import local_sgd
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.data.federated import from_silos
-from jaxfl.engine import local, participation, run_rounds
+from jaxfl.engine import local, participation, run_rounds, sweep
 from jaxfl.engine.rounds import make_round
 from jaxfl.models.linear import init_linear, logistic_loss
 
@@ -31,6 +32,35 @@ def test_processing_participants_in_passes_equals_running_every_silo(per_pass):
     for name in ("participants", "delta_norm", "clipped_fraction"):
         np.testing.assert_allclose(outs[0][1][name], outs[1][1][name], rtol=1e-5, atol=1e-6)
     assert np.any(np.asarray(outs[0][1]["participants"]) > 0)
+
+
+
+@pytest.mark.parametrize("per_pass", [1, 2])
+def test_local_sgd_in_passes_equals_one_vmap_in_a_sweep(per_pass):
+    """Seed 002's MNIST grid runs Local SGD's participants one at a time inside the vmapped grid program
+    (configs x seeds, so the passes' loop runs under vmap): the same models and infos as one vmap over the
+    participants, to float rounding."""
+    data = from_silos(make_silos([30, 12, 25, 40, 33, 17], seed=2))
+    outs = []
+    for passes in (None, per_pass):
+        build = lambda lr, z, passes=passes: local_sgd(
+            logistic_loss, client_opt=optax.sgd(lr), local_steps=7, batch_size=1, clip_norm=0.5, noise_multiplier=z,
+            silos_per_round=4, clients_per_pass=passes)
+        outs.append(sweep(build, {"lr": [0.05, 0.3], "z": [0.0, 1.5]}, data, init_linear(5), rounds=3,
+                          seeds=[0, 7]))
+    full, passes = outs
+    for a, b in zip(jax.tree_util.tree_leaves((full.params, full.infos)),
+                    jax.tree_util.tree_leaves((passes.params, passes.infos))):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    leaves = jax.tree_util.tree_leaves(full.params)
+    assert not np.allclose(leaves[0][0], leaves[0][1])   # the configs differ: a real grid, not one run
+
+
+def test_local_sgd_in_passes_refuses_per_silo_noise_multipliers():
+    with pytest.raises(ValueError, match="clients_per_pass needs .* no per_silo"):
+        local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=1, clip_norm=1.0,
+                  noise_multiplier=jnp.ones(6), clients_per_pass=1)
 
 
 def test_local_epochs_visit_every_record_once_per_epoch():

@@ -348,6 +348,24 @@ def test_configs_per_batch_option_splits_every_grid_program_alike(quick_results,
 
 
 def test_mnist_runs_local_sgd_more_configs_per_call():
-    assert N.MNIST.batch_for("local") == 50 and N.MNIST.batch_for("alt") == 10
+    assert N.MNIST.batch_for("local") == 100 and N.MNIST.batch_for("alt") == 10
     assert N.MNIST.form_of(True).batch_for("local") is None  # the quick form: the whole grid per call
     assert N.WBCD.batch_for("local") == 120
+
+
+def test_mnist_runs_local_sgd_one_participant_at_a_time_and_cifar_does_not():
+    """MNIST's Local SGD programs carry clients_per_pass = 1 (static, so part fingerprints name it); the other
+    families' programs and the CIFAR-10 study's (whose GPU parts are stored) stay as they were."""
+    trial = _trial([1238] * 25)
+    for name, family in FAMILY.items():
+        for study in (N.MNIST, N.CIFAR10):
+            for program in family.programs(study, study.panels[0], trial):
+                static = dict(program.static)
+                expected = 1 if (name, study) == ("local", N.MNIST) else None
+                assert static.get("clients_per_pass") == expected, (name, study.name)
+                if name != "local":
+                    assert "clients_per_pass" not in static
+    program = FAMILY["local"].programs(N.MNIST, N.MNIST.panels[0], trial)[0]
+    with pytest.raises(ValueError, match="clients_per_pass needs .* no per_silo"):   # it reaches make_round
+        N._build("local", {**dict(program.static), "silos_per_round": None}, epsilon=np.float32(1.0), step_size=0.1,
+                 clip_norm=1.0, unit_z=np.ones(25, np.float32), n=1238, delta=1.0 / 1238**2)
