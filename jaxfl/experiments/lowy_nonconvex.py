@@ -93,13 +93,14 @@ def _programs(family: str):
         grid = {"epsilon": [*study["epsilons"], *([0.0] if family in ("mbsgd", "local") else [])],
                 "step_size": list(steps), "clip_norm": list(study["clips"])}
         phases = dict(study["phase_lengths"])[rounds] if family == "spider" else (None,)
+        per_pass = study.settings.get("local_clients_per_pass") if family == "local" else None  # None: one vmap
         out = []
         for q in phases:
             unit = A.experiment_noise_multipliers(family, n, delta, 1.0, rounds, k, q)
             static = (("loss", study["loss"]), ("silos_per_round", m), ("rounds", rounds), ("batch_size", k),
                       ("phase_length", q))
-            if family == "local" and study.settings.get("local_clients_per_pass"):   # absent: all silos at once
-                static += (("clients_per_pass", study["local_clients_per_pass"]),)
+            if per_pass:
+                static += (("clients_per_pass", per_pass),)
             out.append(Program(static, grid, 2 * rounds if family == "alt" else rounds,
                                {"unit_z": jax.tree_util.tree_map(lambda u: np.float32(u), unit), "n": n,
                                 "delta": delta}, {"batch_size": k, "phase_length": q}))
