@@ -166,6 +166,7 @@ def round_seconds(method: str, module, per_pass, train, repeats: int) -> float:
     n = train.num_silos
     if method == "dp_fedavg":
         algo = dp_fedavg(loss, client_opt=optax.sgd(0.01), local_epochs=1, batch_size=BATCH, client_rate=CLIENTS / n,
+                         expected_clients=CLIENTS,
                          clip_norm=0.01, noise_multiplier=3.8, server_opt=optax.adam(2e-3),
                          clients_per_pass=per_pass or CLIENTS)
     else:

@@ -1,4 +1,4 @@
-"""The ``jaxfl`` command: demo, list, account, reproduce, tables, compare-parts, bench.
+"""The ``jaxfl`` command: demo, list, account, audit, reproduce, tables, compare-parts, bench.
 
 Bad input prints one line ``jaxfl: error: ...`` and exits with status 2 (no traceback): argument values
 are checked with :mod:`jaxfl.checks`, whose ``ValueError`` names the flag and the bad value.
@@ -145,6 +145,36 @@ def _cmd_compare_parts(args) -> int:
     return 0
 
 
+def _cmd_audit(args) -> int:
+    import json
+
+    from jaxfl import audit, checks
+
+    names = sorted(audit.AUDITS) + sorted(audit.SABOTAGES)
+    if args.list or not args.names:
+        for name in names:
+            spec = audit.AUDITS.get(name) or audit.SABOTAGES[name]
+            kind = "audit" if name in audit.AUDITS else "sabotage"
+            print(f"  {name:28s} {kind:9s} {spec.about}")
+        return 0
+    unknown = [n for n in args.names if n not in names]
+    if unknown:
+        raise ValueError(f"unknown audit {unknown[0]!r}; known: {', '.join(names)}")
+    runs = checks.positive_int("--runs", args.runs)
+    delta = checks.delta("--delta", args.delta)
+    results = []
+    for name in (names if "all" in args.names else args.names):
+        result = audit.run_named(name, runs=runs, delta=delta, key=args.seed)
+        results.append(result.as_dict())
+        if not args.json:
+            print(f"{name}: claimed epsilon {result.claimed_epsilon:.3f} ({result.relation}, delta {result.delta:g}), "
+                  f"empirical lower bound {result.epsilon_lower_bound:.3f} ({result.statistic}, {runs} runs a side, "
+                  f"95% confidence): {result.verdict}")
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from jaxfl.experiments import registry
     from jaxfl.experiments.report import source_revision
@@ -172,6 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(func=_cmd_list)
 
     account_cli.add_account_parser(sub)
+
+    aud = sub.add_parser("audit", help="empirical privacy audit of an algorithm's rounds (a canary game): claimed "
+                                       "epsilon, lower bound, verdict")
+    aud.add_argument("names", nargs="*", metavar="NAME", help="audits or sabotaged variants to run ('all': every one; "
+                                                              "none: list them)")
+    aud.add_argument("--list", action="store_true", help="list the audits and sabotages")
+    aud.add_argument("--runs", type=int, default=20_000, help="runs on each of the two datasets (default 20000)")
+    aud.add_argument("--delta", type=float, default=1e-3, help="the delta of the claim and of the bound (default 1e-3)")
+    aud.add_argument("--seed", type=int, default=0, help="root key of the runs")
+    aud.add_argument("--json", action="store_true", help="print the results as JSON")
+    aud.set_defaults(func=_cmd_audit)
 
     rep = sub.add_parser("reproduce", help="run a registered experiment and write its results")
     rep.add_argument("name")

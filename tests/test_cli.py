@@ -310,3 +310,22 @@ def test_compare_parts_rejects_what_it_cannot_compare_in_one_line(tmp_path, caps
     assert err.startswith("jaxfl: error:") and needle in err and err.count("\n") == 1
     assert main(["compare-parts", str(tmp_path / "cpu"), str(tmp_path / "empty")]) == 2
     assert "no stored parts" in capsys.readouterr().err
+
+
+def test_audit_lists_its_audits_and_prints_claim_bound_and_verdict(capsys):
+    assert main(["audit"]) == 0
+    listed = capsys.readouterr().out
+    assert "minibatch_sgd" in listed and "noise_halved" in listed and "sabotage" in listed
+    assert main(["audit", "own_size_denominator", "--runs", "4000", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["claimed_epsilon"] == pytest.approx(0.807, abs=0.01)
+    assert result["verdict"] == "violated" and result["epsilon_lower_bound"] > 4.0
+
+
+@pytest.mark.parametrize("args, needle", [(["audit", "nope"], "unknown audit 'nope'"),
+                                          (["audit", "minibatch_sgd", "--runs", "0"], "--runs must be"),
+                                          (["audit", "minibatch_sgd", "--delta", "2"], "delta")])
+def test_audit_bad_input_is_one_line_exit_2(args, needle, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import dp_accounting
 import numpy as np
 
 from jaxfl import checks
@@ -118,7 +119,7 @@ class SiloLedger:
             supports = getattr(acc, "supports", None)
             for member in per_round_members(event):
                 if supports is not None and not supports(member):
-                    raise UnsupportedEventError(f"the {accountant!r} accountant cannot account {member!r}")
+                    raise UnsupportedEventError(_unsupported(accountant, member, neighboring_relation))
             self._accountants.append(acc)
         self._relation = getattr(self._accountants[0], "neighboring_relation", neighboring_relation)
         self._rounds = 0
@@ -316,3 +317,15 @@ class CentralLedger(SiloLedger):
     def event(self) -> DpEvent:
         """The per-round event."""
         return self._events[0]
+
+
+def _unsupported(accountant: str, event, relation) -> str:
+    """The refusal of an event, with what to do where there is a way out."""
+    message = f"the {accountant!r} accountant cannot account {event!r}"
+    if isinstance(event, dp_accounting.PoissonSampledDpEvent) and relation is dp_accounting.NeighboringRelation.REPLACE_ONE:
+        message += (" under replace-one neighbours, the relation stated when a Poisson sample's clipped sum is divided "
+                    "by the silo's own size: pass expected_batch_size= (a public constant fixed in advance) to the "
+                    "algorithm for add/remove-one, or use accountant='pld'")
+    elif isinstance(event, dp_accounting.SampledWithReplacementDpEvent):
+        message += " (dp_accounting has no accountant for draws with replacement): use accountant='lowy'"
+    return message

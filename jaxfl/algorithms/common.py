@@ -62,18 +62,19 @@ def silo_noise_multipliers(noise_multiplier, counts) -> list:
     return [(int(n), float(zi)) for n, zi in zip(counts, z) if n > 0]
 
 
-def sampling_relation(kind: str) -> NeighboringRelation:
-    """The neighbouring relation a sampler's events are stated for: replace-one for draws with replacement
-    (a fixed-size sample of a fixed-size silo; the only relation any accountant handles them under, and
-    seed 000's), add/remove-one for Poisson samples and full batches."""
-    return NeighboringRelation.REPLACE_ONE if kind == "with_replacement" else NeighboringRelation.ADD_OR_REMOVE_ONE
+def sampling_relation(sampler) -> NeighboringRelation:
+    """The neighbouring relation a sampler's steps are private under (:attr:`jaxfl.engine.local.Sampler.relation`):
+    add/remove-one when the clipped sum is divided by a public ``expected_batch_size`` fixed in advance,
+    replace-one when it is divided by the silo's own size (draws with replacement, and Poisson or full batches
+    without ``expected_batch_size``), which only replace-one neighbours leave unchanged."""
+    return sampler.relation
 
 
 def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, relation=None):
     """``counts -> RoundPrivacy``: per silo with records, ``steps_per_round`` composed steps of
     ``sampler.event(n_i, z_i)`` (a sampled Gaussian on the silo's clipped sum, noise std ``z_i C``), for
     ``relation`` (default: :func:`sampling_relation` of the sampler)."""
-    relation = sampling_relation(sampler.kind) if relation is None else relation
+    relation = sampling_relation(sampler) if relation is None else relation
 
     def privacy(counts):
         events = []
@@ -88,15 +89,17 @@ def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, re
 def per_round_silo_privacy(round_samplers, noise_multiplier):
     """``counts -> RoundPrivacy`` for rounds that differ by their sampler (a schedule): per silo with
     records, a ``RoundScheduleDpEvent`` whose round ``r`` releases ``round_samplers[r].event(n_i, z_i)``
-    (samplers of one kind: one neighbouring relation)."""
-    kinds = {s.kind for s in round_samplers}
-    if len(kinds) != 1:
-        raise ValueError(f"per-round samplers must be of one kind (one neighbouring relation), got {sorted(kinds)}")
+    (samplers of one neighbouring relation)."""
+    relations = {sampling_relation(s) for s in round_samplers}
+    if len(relations) != 1:
+        raise ValueError("per-round samplers must share one neighbouring relation, got "
+                         f"{sorted(r.name for r in relations)}")
+    relation = next(iter(relations))
 
     def privacy(counts):
         return RoundPrivacy(events=tuple(RoundScheduleDpEvent(tuple(s.event(n, z) for s in round_samplers))
                                          for n, z in silo_noise_multipliers(noise_multiplier, counts)),
-                            level="record", relation=sampling_relation(next(iter(kinds))))
+                            level="record", relation=relation)
 
     return privacy
 

@@ -1,9 +1,10 @@
 """DP-FedAvg (McMahan et al. 2018): client-level clipping of model deltas + central Gaussian noise.
 
-The baseline the DP-REC issue compares against. Clients take part by Poisson sampling with rate
-``q``; each runs non-private local SGD, clips its delta to ``C``, and the server adds
-``N(0, (z C)^2 I)`` to the sum and divides by the expected number of clients ``q N`` (a fixed,
-public denominator, so the sum's sensitivity to adding or removing one client is ``C``).
+DP-REC's baseline. Clients take part by Poisson sampling with rate ``q``; each runs non-private local SGD,
+clips its delta to ``C``, and the server adds ``N(0, (z C)^2 I)`` to the sum and divides by
+``expected_clients``, a constant the user fixes before any data is seen (McMahan et al.'s fixed-denominator
+estimator, ``q W``), never by a count of the clients present: adding or removing one client then moves the
+release by at most ``C / expected_clients`` and changes nothing else.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from jaxfl.privacy.noise import add_gaussian_noise
 
 
 def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int | None = None, client_rate,
-              clip_norm, noise_multiplier, server_opt: optax.GradientTransformation | None = None,
+              expected_clients, clip_norm, noise_multiplier, server_opt: optax.GradientTransformation | None = None,
               batch_size: int | None = None, local_epochs: int | None = None, clients_per_pass: int | None = None,
               microbatch="auto", name: str = "dp_fedavg") -> FederatedAlgorithm:
     """Builds DP-FedAvg.
@@ -39,6 +40,10 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         ``local_steps``, for that many passes over the client's records in minibatches of ``batch_size``
         (:func:`jaxfl.engine.local.local_epochs`, as DP-REC's clients train).
       client_rate: ``q``, the Poisson probability that a client takes part in a round.
+      expected_clients: the public constant the noisy sum is divided by, fixed in advance, e.g.
+        ``client_rate`` times the number of clients you plan for (required: dividing by the number of clients
+        in the data would make the scale of the release reveal whether a client is there; an audit of that
+        finds epsilon >= 8 where 0.81 is claimed). May be traced.
       clip_norm: ``C``, the L2 bound on each client's model delta.
       noise_multiplier: ``z``; noise std on the sum of clipped deltas is ``z C``.
       server_opt: applied to the noisy mean delta (default ``optax.sgd(1.0)``).
@@ -49,12 +54,18 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
         same result to float rounding, the same privacy.
 
-    Privacy (user level: add/remove one client, central): per round
-    ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
+    Privacy (client level, central: add/remove one client's whole data, against anyone who sees the server's
+    models; the server is trusted with the clipped updates; the number of clients is not assumed public): per
+    round ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
     """
     check_private_args(clip_norm, noise_multiplier)
     if isinstance(client_rate, (int, float)):  # a traced rate (a sweep) is checked by whoever built the sweep
         checks.probability("client_rate", client_rate)
+    if expected_clients is None:
+        raise ValueError("dp_fedavg needs expected_clients=, a public constant fixed in advance that the noisy sum "
+                         "is divided by (e.g. client_rate * the number of clients you plan for)")
+    if isinstance(expected_clients, (int, float)):
+        checks.positive_float("expected_clients", expected_clients)
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
         raise ValueError("dp_fedavg needs a finite clip_norm")
     if (local_steps is None) == (local_epochs is None):
@@ -86,8 +97,7 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         noise_key = keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=0,
                                                purpose=keys_lib.Purpose.NOISE)
         noisy = add_gaussian_noise(noise_key, summed, noise_multiplier * clip_norm)
-        expected = client_rate * jnp.sum(ctx.counts > 0).astype(jnp.float32)
-        inverse = 1.0 / expected  # reciprocal: see privacy/noise.py
+        inverse = 1.0 / jnp.asarray(expected_clients, jnp.float32)  # reciprocal: see privacy/noise.py
         mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
         return apply_server_update(server_opt, state, mean), {"update_norm": optax.tree.norm(mean)}
 

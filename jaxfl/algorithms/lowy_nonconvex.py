@@ -31,9 +31,9 @@ Privacy statements (per silo, ``level="record"``): noise multipliers are the noi
 each record's contribution to the privatized sum (``C`` for gradients, ``2C`` for differences), i.e. over
 the add/remove-one sensitivity; the statement names its neighbouring relation (``RoundPrivacy.relation``)
 and the accountants apply it (:func:`jaxfl.accounting.events.clipped_sum_gaussian`). Minibatches drawn with
-replacement and one-pass batches are stated for replace-one neighbours (the paper's relation; accountant
-``"lowy"`` for draws, ``"rdp"``/``"pld"`` for one pass), full batches and Poisson samples for add/remove
-(``"rdp"``/``"pld"``). Rounds of different kinds compose through
+replacement, one-pass batches and full batches (divided by the silo's own size ``n_i``, public only under
+this relation) are stated for replace-one neighbours (the paper's relation; accountant ``"lowy"`` for draws,
+``"rdp"``/``"pld"`` for one pass and full batches). Rounds of different kinds compose through
 :class:`jaxfl.accounting.events.RoundCycleDpEvent`. The shuffle-model versions take the model's
 ``params=`` (or a template) up front: their P_vec events need its dimension before any ``init``.
 """
@@ -333,7 +333,7 @@ def _gaussian_privacy(kind, period, fresh_sampler, diff_sampler, z_fresh, z_diff
     accounts such draws, for that relation), else add/remove-one."""
     samplers = (fresh_sampler,) if z_diff is None else (fresh_sampler, diff_sampler)
     relation = (dp_accounting.NeighboringRelation.REPLACE_ONE
-                if any(sampling_relation(s.kind) is dp_accounting.NeighboringRelation.REPLACE_ONE for s in samplers)
+                if any(sampling_relation(s) is dp_accounting.NeighboringRelation.REPLACE_ONE for s in samplers)
                 else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
     def privacy(counts):

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl import checks
 from jaxfl.privacy import keys as keys_lib, uniform
 from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum, selected_clipped_grad_sum
 from jaxfl.privacy.microbatch import check_microbatch, microbatch_size, microbatch_sum
@@ -40,7 +41,7 @@ class Batch(NamedTuple):
     x: jnp.ndarray  # [b, ...]
     y: jnp.ndarray  # [b, ...]
     weights: jnp.ndarray  # [b]; 0 on padding / unsampled records
-    denominator: jnp.ndarray  # scalar: the (public) batch size the sum is divided by
+    denominator: jnp.ndarray  # scalar: the public constant the sum is divided by (Sampler.denominator)
 
 
 class Sampler(NamedTuple):
@@ -48,8 +49,19 @@ class Sampler(NamedTuple):
 
     ``kind`` is ``"with_replacement"`` (``batch_size`` uniform draws, seed 000's sampling; fixed
     shape, O(batch) work), ``"poisson"`` (each record with probability ``rate``; O(max_records)
-    work; divided by the expected size ``rate * count``, 1 for a silo without records:
-    :func:`poisson_denominator`) or ``"full"`` (all records). A Poisson sampler
+    work) or ``"full"`` (all records). What a step's clipped sum is divided by, and with it the neighbouring
+    relation the step is private under, is :meth:`denominator` and :attr:`relation`:
+
+    - ``expected_batch_size`` given (Poisson or full batch; a public constant fixed before any data is seen,
+      e.g. ``rate`` times the silo size the user plans for, as Opacus's ``expected_batch_size`` and
+      TF-Privacy's fixed denominators): the sum is divided by that constant, and adding or removing one
+      record moves the release by at most ``C / expected_batch_size``: **add/remove-one**.
+    - otherwise the divisor is the silo's own size (``rate * count`` for Poisson, ``count`` for the full
+      batch, ``batch_size`` with replacement), which adding or removing a record changes, so that the scale of
+      the whole release reveals membership (an audit finds epsilon >= 8 where 0.81 would be claimed). It is
+      public only under **replace-one** neighbours (sensitivity ``2C``), the relation stated then.
+
+    A Poisson sampler
     with ``chunk`` gathers the sampled records and takes their gradients ``chunk`` at a time, as many
     chunks as the draw needs (the same sample and sum, O(sampled records) gradient work: for rates well
     below 1 on large silos) in :func:`noisy_gradient`; :meth:`take` still gives the whole masked batch.
@@ -64,6 +76,28 @@ class Sampler(NamedTuple):
     rate: Any = None
     chunk: int | None = None
     microbatch: Any = "auto"
+    expected_batch_size: Any = None
+
+    @property
+    def relation(self) -> dp_accounting.NeighboringRelation:
+        """The neighbouring relation a step of this sampler is private under (see the class docstring)."""
+        if self.kind != "with_replacement" and self.expected_batch_size is not None:
+            return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+        return dp_accounting.NeighboringRelation.REPLACE_ONE
+
+    def denominator(self, count):
+        """What a step's clipped sum on a silo with ``count`` records is divided by: ``expected_batch_size``
+        when given; else ``batch_size`` (with replacement), ``rate * count`` (Poisson, floored at 1e-12; 1
+        for a silo without records, whose message is then its noise at scale ``z C`` rather than that noise
+        times 1e12) or ``max(count, 1)`` (full batch)."""
+        if self.kind == "with_replacement":
+            return jnp.asarray(self.batch_size, jnp.float32)
+        if self.expected_batch_size is not None:
+            return jnp.asarray(self.expected_batch_size, jnp.float32)
+        count = jnp.asarray(count)
+        if self.kind == "poisson":
+            return jnp.where(count > 0, jnp.maximum(self.rate * count.astype(jnp.float32), 1e-12), 1.0)
+        return jnp.maximum(count, 1).astype(jnp.float32)
 
     def __call__(self, key, x, y, count) -> Batch:
         return self.take(self.draw(key, count, x.shape[0]), x, y, count)
@@ -83,12 +117,12 @@ class Sampler(NamedTuple):
         """The minibatch given the randomness ``drawn`` of :meth:`draw`."""
         if self.kind == "with_replacement":
             w = jnp.broadcast_to((count > 0).astype(jnp.float32), (self.batch_size,))
-            return Batch(x[drawn], y[drawn], w, jnp.asarray(self.batch_size, jnp.float32))
+            return Batch(x[drawn], y[drawn], w, self.denominator(count))
         real = jnp.arange(x.shape[0]) < count
         if self.kind == "poisson":
-            return Batch(x, y, (drawn & real).astype(jnp.float32), poisson_denominator(self.rate, count))
+            return Batch(x, y, (drawn & real).astype(jnp.float32), self.denominator(count))
         if self.kind == "full":
-            return Batch(x, y, real.astype(jnp.float32), jnp.maximum(count, 1).astype(jnp.float32))
+            return Batch(x, y, real.astype(jnp.float32), self.denominator(count))
         raise ValueError(f"unknown sampler kind {self.kind!r}")
 
     def event(self, count: int, noise_multiplier: float):
@@ -101,20 +135,22 @@ class Sampler(NamedTuple):
         return gaussian
 
 
-def poisson_denominator(rate, count):
-    """What a Poisson-sampled clipped sum is divided by: the expected batch size ``rate * count`` (floored
-    at 1e-12), and 1 for a silo without records, whose sum is 0 and whose message is then the noise at its
-    own scale ``z C`` rather than that noise times 1e12."""
-    count = jnp.asarray(count)
-    return jnp.where(count > 0, jnp.maximum(rate * count.astype(jnp.float32), 1e-12), 1.0)
-
-
 def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int | None = None,
-                 microbatch="auto") -> Sampler:
+                 microbatch="auto", expected_batch_size=None) -> Sampler:
     """``batch_size`` -> with-replacement sampler; ``sampling_rate`` -> Poisson (gradients ``chunk`` sampled
     records at a time when given: see :class:`Sampler`); neither -> full batch. ``microbatch``: how the
-    step's clipped sum is sliced (:class:`Sampler`)."""
-    return _sampler(batch_size, sampling_rate, chunk)._replace(microbatch=check_microbatch(microbatch))
+    step's clipped sum is sliced; ``expected_batch_size``: the public constant a Poisson or full-batch sum is
+    divided by, which makes the step add/remove-one private (:class:`Sampler`; a positive number, may be
+    traced)."""
+    sampler = _sampler(batch_size, sampling_rate, chunk)._replace(microbatch=check_microbatch(microbatch))
+    if expected_batch_size is not None:
+        if sampler.kind == "with_replacement":
+            raise ValueError("expected_batch_size is for Poisson or full-batch sampling; with batch_size the sum "
+                             f"is divided by batch_size (got expected_batch_size={expected_batch_size})")
+        if isinstance(expected_batch_size, (int, float)):
+            checks.positive_float("expected_batch_size", expected_batch_size)
+        sampler = sampler._replace(expected_batch_size=expected_batch_size)
+    return sampler
 
 
 def _sampler(batch_size, sampling_rate, chunk) -> Sampler:
@@ -209,7 +245,7 @@ def _step_sum(loss_fn, params, x, y, count, minibatch, *, sampler: Sampler, clip
         selected = minibatch & (jnp.arange(x.shape[0]) < count)
         summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk,
                                            microbatch=sampler.microbatch, unclipped=unclipped)
-        return summed, poisson_denominator(sampler.rate, count)
+        return summed, sampler.denominator(count)
     batch = sampler.take(minibatch, x, y, count)
     summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm,
                               microbatch=sampler.microbatch, unclipped=unclipped)

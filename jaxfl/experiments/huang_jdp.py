@@ -188,6 +188,7 @@ def _build(regime: Regime, static: dict, *, epsilon, learning_rate, noise_multip
     return personalized(nets.two_head_loss, shared=_shared(regime.private_layers),
                         client_opt=optax.sgd(learning_rate), local_steps=static["local_steps"],
                         sampling_rate=static["rate"], chunk=static["chunk"],
+                        expected_batch_size=static["expected_batch_size"] if regime.private else None,
                         clip_norm=CLIP if regime.private else math.inf,
                         noise_multiplier=noise_multiplier if regime.private else 0.0, noise_on=regime.noise_on,
                         shared_gradient_at=regime.at)
@@ -203,7 +204,8 @@ def schedule(study: Study | dict, n: int) -> dict:
     records = math.ceil(study["records"] / n)
     mean = rate * records  # gradients in chunks of the sample's mean + 3 std: one pass in almost every step
     chunk = min(records, 8 * math.ceil((mean + 3 * math.sqrt(mean * (1 - rate))) / 8))
-    return {"local": local, "rounds": rounds, "rate": rate, "local_steps": steps, "chunk": chunk}
+    return {"local": local, "rounds": rounds, "rate": rate, "local_steps": steps, "chunk": chunk,
+            "expected_batch_size": mean}
 
 
 def _records_per_user(panel: Panel) -> int:
@@ -224,7 +226,8 @@ def _programs(regime: Regime):
     def programs(study: Study, panel: Panel, trial: Trial):
         s = schedule(study, panel["owners"])
         k = _records_per_user(panel)
-        static = (("local_steps", s["local_steps"]), ("rate", s["rate"]), ("chunk", s["chunk"]))
+        static = (("local_steps", s["local_steps"]), ("rate", s["rate"]), ("chunk", s["chunk"]),
+                  ("expected_batch_size", s["expected_batch_size"]))
         columns = {"table3_E": s["local"], "local_unit": study["local_unit"], "rounds": s["rounds"],
                    "sampling_rate": s["rate"], "local_steps": s["local_steps"], "private_layers":
                    regime.private_layers if isinstance(regime.private_layers, str) else ",".join(regime.private_layers)}

@@ -24,16 +24,21 @@ SGD = optax.sgd(0.1)
 
 # (name, factory, relation, accountant, central accountant or None); every factory only *builds*
 ALGORITHMS = [
-    ("minibatch_sgd poisson", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2, clip_norm=1.0,
+    ("minibatch_sgd poisson", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2,
+                                                    expected_batch_size=5.0, clip_norm=1.0,
                                                     noise_multiplier=1.0), ADD, "rdp", None),
+    ("minibatch_sgd poisson own size", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2,
+                                                             clip_norm=1.0, noise_multiplier=1.0), REPLACE, "pld", None),
     ("minibatch_sgd draws", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, batch_size=4, clip_norm=1.0,
                                                   noise_multiplier=30.0), REPLACE, "lowy", None),
     ("minibatch_sgd full", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, clip_norm=1.0, noise_multiplier=3.0),
-     ADD, "pld", None),
+     REPLACE, "pld", None),
+    ("minibatch_sgd full fixed", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, expected_batch_size=20.0,
+                                                       clip_norm=1.0, noise_multiplier=3.0), ADD, "rdp", None),
     ("local_sgd draws", lambda: local_sgd(logistic_loss, client_opt=SGD, local_steps=3, batch_size=1, clip_norm=1.0,
                                           noise_multiplier=30.0), REPLACE, "lowy", None),
-    ("dp_fedavg", lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5, clip_norm=1.0,
-                                    noise_multiplier=1.0), ADD, "rdp", None),
+    ("dp_fedavg", lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5,
+                                    expected_clients=2.0, clip_norm=1.0, noise_multiplier=1.0), ADD, "rdp", None),
     ("dp_rec", lambda: dprec.dp_rec(logistic_loss, params=PARAMS, client_opt=SGD, clients_per_round=2, batch_size=8,
                                      prior_std=0.05, clip_multiplier=0.5), ADD, "dprec", None),
     ("dp_rec template", lambda: dprec.dp_rec(logistic_loss, params=TEMPLATE, client_opt=SGD, clients_per_round=2,
@@ -61,11 +66,11 @@ ALGORITHMS = [
     ("nc prox_sgd one_pass", lambda: nc.noisy_prox_sgd(logistic_loss, step_size=0.1, batch_size=10, clip_norm=1.0,
                                                       noise_multiplier=4.0), REPLACE, "pld", None),
     ("nc prox_gd", lambda: nc.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0, noise_multiplier=4.0),
-     ADD, "rdp", None),
+     REPLACE, "rdp", None),   # divided by n_i: public only under replace-one
     ("nc spider draws", lambda: nc.fedprox_spider(logistic_loss, step_size=0.1, phase_length=3, clip_norm=1.0,
                                                   batch_size=8, noise_multiplier=30.0), REPLACE, "lowy", None),
     ("nc spider full", lambda: nc.fedprox_spider(logistic_loss, step_size=0.1, phase_length=3, clip_norm=1.0,
-                                                 noise_multiplier=4.0), ADD, "rdp", None),
+                                                 noise_multiplier=4.0), REPLACE, "rdp", None),
     ("nc svrg", lambda: nc.fedprox_svrg(logistic_loss, step_size=0.1, batch_size=4, epoch_length=2, clip_norm=1.0,
                                         noise_multiplier=50.0), REPLACE, "lowy", None),
     ("nc sdp prox_sgd", lambda: nc.sdp_prox_sgd(logistic_loss, params=PARAMS, step_size=0.1, batch_size=10,
@@ -112,10 +117,10 @@ def test_pvec_events_carry_the_model_dimension_from_params():
 
 
 @pytest.mark.parametrize("build, accountant", [
-    (lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5, clip_norm=1.0,
-                       noise_multiplier=1.0), "lowy"),                       # add/remove, replace-one accountant
-    (lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2, clip_norm=1.0,
-                           noise_multiplier=1.0), "shuffle"),
+    (lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5, expected_clients=2.0,
+                       clip_norm=1.0, noise_multiplier=1.0), "lowy"),                       # add/remove, replace-one accountant
+    (lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2, expected_batch_size=5.0,
+                           clip_norm=1.0, noise_multiplier=1.0), "shuffle"),
     (lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0,
                                       noise_multiplier=30.0), "dprec"),   # replace-one, add/remove accountant
 ])

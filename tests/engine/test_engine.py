@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _dp_sgd(z=1.0, q=0.2, lr=0.5):
-    return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=q, clip_norm=1.0, noise_multiplier=z)
+    return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=q, expected_batch_size=q * 20,
+                         clip_norm=1.0, noise_multiplier=z)
 
 
 def _leaves_equal(a, b):
@@ -60,7 +61,7 @@ def test_per_silo_epsilons_differ_with_silo_size():
     privacy = alg.privacy(np.asarray(data.counts))
     assert privacy.level == "record" and len(privacy.events) == 2
     assert privacy.events[0].source_dataset_size == 20 and privacy.events[1].source_dataset_size == 200
-    poisson_alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), sampling_rate=0.1, clip_norm=1.0,
+    poisson_alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), sampling_rate=0.1, expected_batch_size=2.0, clip_norm=1.0,
                                 noise_multiplier=2.0)
     ledger = SiloLedger(list(poisson_alg.privacy(np.array([20, 200])).events))
     ledger.record(10)
@@ -156,7 +157,7 @@ def test_bitwise_identical_on_one_and_four_devices():
                 local_sgd(logistic_loss, client_opt=optax.sgd(0.2), local_steps=4, sampling_rate=0.3, clip_norm=0.5,
                           noise_multiplier=0.9),
                 dp_fedavg(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=5, client_rate=0.5,
-                          clip_norm=0.3, noise_multiplier=1.0),
+                          expected_clients=3.5, clip_norm=0.3, noise_multiplier=1.0),
                 lowy_convex.accelerated_minibatch_sgd(
                     logistic_loss, batch_size=2, clip_norm=1.0, noise_multiplier=0.7,
                     schedule=lowy_convex.acsa_schedule(6, smoothness=1.0, noise_std=0.5, radius=2.0))]
@@ -284,7 +285,7 @@ def test_sigkill_mid_run_keeps_metrics_and_checkpoint(tmp_path):
         from jaxfl.engine import train
         from jaxfl.models import init_linear, logistic_loss
         data = from_silos(make_silos([40, 25, 33, 40, 18]))
-        alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.2, clip_norm=1.0,
+        alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.2, expected_batch_size=4.0, clip_norm=1.0,
                             noise_multiplier=1.0)
         def slow_eval(p):
             time.sleep(0.4)

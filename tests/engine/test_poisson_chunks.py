@@ -53,4 +53,5 @@ def test_a_silo_without_records_sends_noise_at_its_own_scale(chunk):
     unit = local.step_draws(sampler, key, 0, 8, params, z)(1)[1]
     for g, u in zip(jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(unit)):
         np.testing.assert_allclose(g, z * clip * u, rtol=1e-6)
-    assert float(local.poisson_denominator(0.3, 10)) == pytest.approx(3.0)
+    assert float(sampler.denominator(10)) == pytest.approx(3.0)
+    assert float(sampler._replace(expected_batch_size=2.5).denominator(10)) == 2.5

@@ -165,6 +165,7 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
                                                **common),
                 "minibatch_sgd": lambda: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), **private, **common),
                 "dp_fedavg": lambda: dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, client_rate=0.5,
+                                               expected_clients=2.0,
                                                **private, **common),
                 "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common),
                 "fedprox_spider": lambda: lowy_nonconvex.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2,

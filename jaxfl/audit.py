@@ -1,0 +1,406 @@
+"""Empirical privacy auditing: a black-box canary game on an algorithm's own rounds.
+
+An auditor who claims nothing about the code builds two neighbouring federated datasets under the relation an
+algorithm states (:class:`CanaryGame`: one with a canary record or client, one without it, or with the canary
+replaced), runs the algorithm's compiled rounds many times on each with fresh keys, and looks only at what a
+round releases (the change of the shared model). Several test statistics of that release (:data:`STATISTICS`:
+its projection on the canary's direction, its norm, the gap between two rounds' releases) are scored; for each,
+a threshold is chosen on held-out runs and the rates of the test on the other runs give, with Clopper-Pearson
+bounds, a lower bound on epsilon (Kairouz et al. 2015's hypothesis-testing view of (epsilon, delta)-DP;
+Jagielski et al. 2020; Nasr et al. 2021, 2023). The scores and bounds are jax-privacy's
+``auditing.CanaryScoreAuditor``; jaxfl's part is running a federated round as the auditor's black box.
+
+A lower bound above the epsilon the algorithm's own accountant claims for the same rounds is a proof (at the
+stated confidence) that the claim is false. A lower bound below it proves nothing, unless the same game catches
+a sabotaged variant (:data:`SABOTAGES`): noise halved, clipping off, a data-dependent denominator under
+add/remove-one, a noise key reused across rounds. ``jaxfl audit NAME`` runs the named audits of
+:data:`AUDITS`; the tests run every one of them and every sabotage.
+
+The canary's gradient is a known direction: the game's loss is ``-<w, x>`` (per-record gradient ``-x``), the
+background records are zero (they contribute nothing) and the canary is ``x = 100 C e_0``, clipped to
+``C e_0``; every other record of a silo makes the release noisier and the audit weaker, so this is the
+auditor's best dataset for the round, as in the worst case of the privacy definition.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxfl import checks
+from jaxfl.data.federated import FederatedData
+from jaxfl.engine import local
+from jaxfl.engine.driver import make_ledger
+from jaxfl.engine.protocol import FederatedAlgorithm, initial_state
+from jaxfl.engine.rounds import make_round
+from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy.noise import unit_noise_like
+
+ADD_OR_REMOVE_ONE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
+CANARY_SCALE = 100.0
+"""The canary's norm over the clip bound: far outside it, so clipping (or its absence) decides its effect."""
+STATISTICS = ("canary", "norm", "gap")
+"""The test statistics of a transcript ``releases [rounds, d]``: ``canary``, the sum over rounds of the release's
+projection on the canary's direction; ``norm``, the squared norm of the whole transcript (it reveals a release
+scaled by a data-dependent count); ``gap``, the smallest distance between two rounds' releases (0 when two rounds
+share their noise; only with ``rounds >= 2``)."""
+
+
+def linear_loss(params, x, y):
+    """``-<w, x>``: a per-record loss whose gradient is ``-x`` wherever the model is (the canary game's loss)."""
+    del y
+    return -jnp.vdot(params["w"], x)
+
+
+class CanaryGame(NamedTuple):
+    """Two neighbouring datasets and what the auditor knows of them.
+
+    Attributes:
+      inside: the dataset with the canary (record or client).
+      outside: its neighbour without it (add/remove-one) or with the canary replaced by its opposite
+        (replace-one: the contribution ``+C`` becomes ``-C``, the largest change the relation allows).
+      params: the model both runs start from (``{"w": float32[d]}``).
+      direction: the unit vector along which the canary moves the model (``e_0``).
+      relation: the neighbouring relation the two datasets are neighbours under.
+      level: ``"record"`` (the canary is one record of silo 0) or ``"client"`` (the canary is silo 0).
+    """
+
+    inside: FederatedData
+    outside: FederatedData
+    params: Any
+    direction: np.ndarray
+    relation: dp_accounting.NeighboringRelation
+    level: str
+
+
+def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int = 1024, background: int = 4,
+                clip_norm: float = 1.0) -> CanaryGame:
+    """The auditor's dataset pair for one silo's records (``level="record"``: silo 0 holds ``background`` zero
+    records and the canary) or for clients (``level="client"``: ``background`` clients of zero records and a
+    canary client of one canary record), in ``dim`` dimensions.
+
+    Removing the canary leaves its row as padding (``count`` one less, or the canary client with ``count = 0``),
+    so both datasets have the same shapes and one compiled program serves both.
+    """
+    checks.one_of("level", level, ("record", "client"))
+    relation = _relation(relation)
+    dim, background = checks.positive_int("dim", dim), checks.positive_int("background", background)
+    canary = np.zeros(dim, np.float32)
+    canary[0] = CANARY_SCALE * float(clip_norm)
+    direction = np.eye(dim, dtype=np.float32)[0]
+    if level == "record":
+        x = np.zeros((1, background + 1, dim), np.float32)
+        x[0, background] = canary
+        inside_counts = np.array([background + 1])
+    else:
+        x = np.zeros((background + 1, 1, dim), np.float32)
+        x[background, 0] = canary
+        inside_counts = np.ones(background + 1, np.int32)
+    y = np.zeros(x.shape[:2], np.float32)
+    inside = FederatedData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(inside_counts, jnp.int32))
+    if relation is REPLACE_ONE:
+        flipped = x.copy()
+        flipped[(0, background) if level == "record" else (background, 0)] = -canary
+        outside = FederatedData(jnp.asarray(flipped), inside.y, inside.counts)
+    else:
+        counts = inside_counts.copy()
+        counts[0 if level == "record" else background] -= 1
+        outside = FederatedData(inside.x, inside.y, jnp.asarray(counts, jnp.int32))
+    return CanaryGame(inside, outside, {"w": jnp.zeros(dim, jnp.float32)}, direction, relation, level)
+
+
+def _relation(relation) -> dp_accounting.NeighboringRelation:
+    if isinstance(relation, str):
+        relation = {"add_or_remove_one": ADD_OR_REMOVE_ONE, "replace_one": REPLACE_ONE}.get(relation, relation)
+    if relation not in (ADD_OR_REMOVE_ONE, REPLACE_ONE):
+        raise ValueError(f"relation must be add_or_remove_one or replace_one, got {relation!r}")
+    return relation
+
+
+# ------------------------------------------------------------------------------------------------
+# Running the rounds
+
+
+def releases(algorithm: FederatedAlgorithm, data: FederatedData, params, *, runs: int, rounds: int = 1, key=0,
+             batch: int = 2048) -> np.ndarray:
+    """``float32[runs, rounds, d]``: what each of ``rounds`` rounds releases (the change of the flattened shared
+    model), for ``runs`` independent runs from ``params``, run ``r`` with the root key ``fold_in(key, r)``.
+    The rounds are the algorithm's own, compiled once and vmapped over ``batch`` runs at a time."""
+    runs, rounds = checks.positive_int("runs", runs), checks.positive_int("rounds", rounds)
+    root = keys_lib.as_key(key)
+    flat = lambda p: jnp.concatenate([jnp.ravel(a) for a in jax.tree_util.tree_leaves(p)])  # noqa: E731
+
+    def one(run):
+        state = initial_state(algorithm, params, data.num_silos)
+        run_key = keys_lib.fold_in(root, run)
+        out = []
+        for r in range(rounds):
+            before = flat(state.params)
+            round_key = keys_lib.round_key(run_key, r)
+            if algorithm.schedule is None:
+                state, _ = algorithm.round(state, data, round_key)
+            else:
+                inputs = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf)[r], algorithm.schedule)
+                state, _ = algorithm.round(state, data, round_key, inputs)
+            out.append(flat(state.params) - before)
+        return jnp.stack(out)
+
+    program = jax.jit(jax.vmap(one))
+    parts = [np.asarray(program(jnp.arange(start, min(start + batch, runs))))
+             for start in range(0, runs, batch)]
+    return np.concatenate(parts)
+
+
+def scores(transcripts: np.ndarray, direction: np.ndarray) -> dict:
+    """The :data:`STATISTICS` of each transcript (``[runs, rounds, d]`` -> ``{name: float64[runs]}``)."""
+    t = np.asarray(transcripts, np.float64)
+    out = {"canary": np.einsum("nrd,d->n", t, np.asarray(direction, np.float64)),
+           "norm": np.einsum("nrd,nrd->n", t, t)}
+    if t.shape[1] >= 2:
+        gaps = [np.linalg.norm(t[:, i] - t[:, j], axis=-1) for i in range(t.shape[1]) for j in range(i)]
+        out["gap"] = np.min(np.stack(gaps), axis=0)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The audit
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult:
+    """What an audit found.
+
+    Attributes:
+      name: the audit's label.
+      claimed_epsilon: what the algorithm's own ledger certifies for the audited rounds (``inf`` when it states
+        no privacy).
+      delta: the delta both epsilons are for.
+      epsilon_lower_bound: the largest of the statistics' lower bounds (each at confidence
+        ``1 - significance / number of statistics``, so the maximum holds at ``1 - significance``).
+      lower_bounds: ``{statistic: lower bound}``.
+      statistic: the statistic that gave ``epsilon_lower_bound``.
+      relation: the neighbouring relation of the claim and of the game (lower-case name).
+      runs, rounds: runs per dataset, rounds per run.
+    """
+
+    name: str
+    claimed_epsilon: float
+    delta: float
+    epsilon_lower_bound: float
+    lower_bounds: dict
+    statistic: str
+    relation: str
+    runs: int
+    rounds: int
+
+    @property
+    def verdict(self) -> str:
+        """``"violated"`` when the lower bound exceeds the claim, else ``"holds"`` (not refuted)."""
+        return "violated" if self.epsilon_lower_bound > self.claimed_epsilon else "holds"
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "verdict": self.verdict}
+
+
+def claimed_epsilon(algorithm: FederatedAlgorithm, game: CanaryGame, *, rounds: int, delta: float,
+                    accountant: str = "rdp") -> float:
+    """The epsilon the algorithm's ledger certifies for ``rounds`` rounds on the game's larger dataset, for the
+    canary's silo (record level) or for any client (client level); ``inf`` for an algorithm that states no
+    privacy. Refuses a statement made for another relation than the game's."""
+    ledger = make_ledger(algorithm, np.asarray(game.inside.counts), accountant)
+    if ledger is None:
+        return math.inf
+    if ledger.neighboring_relation is not None and ledger.neighboring_relation is not game.relation:
+        raise ValueError(f"the algorithm states {ledger.neighboring_relation.name.lower()} privacy; audit it with a "
+                         f"canary game of that relation, not {game.relation.name.lower()}")
+    ledger.record(rounds)
+    if game.level == "client":
+        return float(ledger.epsilon(delta))
+    return float(ledger.epsilons(delta)[0])
+
+
+def lower_bound(inside: dict, outside: dict, *, delta: float, significance: float = 0.05, seed: int = 0) -> dict:
+    """``{statistic: epsilon lower bound}`` from the scores of the runs with and without the canary.
+
+    A statistic may be larger or smaller with the canary (a release divided by a larger count has a smaller
+    norm), so both rules, "in when above the threshold" and "in when below", are tried. For each, the threshold
+    is chosen on a random half of the runs and the two-sided Clopper-Pearson bound computed on the other half
+    (jax-privacy's ``CanaryScoreAuditor.epsilon_clopper_pearson`` with ``Split``), at confidence
+    ``1 - significance / (2 * number of statistics)``, so every bound returned holds at once with probability
+    at least ``1 - significance``."""
+    from jax_privacy import auditing
+
+    per = significance / (2 * len(inside))
+
+    def bound(a, b):
+        return float(auditing.CanaryScoreAuditor(a, b).epsilon_clopper_pearson(
+            per, delta, one_sided=False, threshold_strategy=auditing.Split(seed=seed)))
+
+    return {name: max(bound(inside[name], outside[name]), bound(-inside[name], -outside[name])) for name in inside}
+
+
+def audit(algorithm: FederatedAlgorithm, game: CanaryGame, *, runs: int = 20_000, rounds: int = 1,
+          delta: float = 1e-5, accountant: str = "rdp", significance: float = 0.05, key=0, claim=None,
+          name: str | None = None) -> AuditResult:
+    """Audits ``algorithm`` on ``game``: ``runs`` runs of ``rounds`` rounds on each dataset (the same keys on
+    both), the :data:`STATISTICS` of their releases, and the lower bound of :func:`lower_bound` against the
+    epsilon the algorithm's ledger claims (:func:`claimed_epsilon`; ``claim``: another algorithm's statement
+    to hold this one to, e.g. the honest algorithm's for a sabotaged variant)."""
+    checks.delta("delta", delta)
+    claimed = claimed_epsilon(algorithm if claim is None else claim, game, rounds=rounds, delta=delta,
+                              accountant=accountant)
+    inside = scores(releases(algorithm, game.inside, game.params, runs=runs, rounds=rounds, key=key), game.direction)
+    outside = scores(releases(algorithm, game.outside, game.params, runs=runs, rounds=rounds, key=key),
+                     game.direction)
+    bounds = lower_bound(inside, outside, delta=delta, significance=significance)
+    best = max(bounds, key=bounds.get)
+    return AuditResult(name or algorithm.name, claimed, float(delta), bounds[best], bounds, best,
+                       game.relation.name.lower(), int(runs), int(rounds))
+
+
+# ------------------------------------------------------------------------------------------------
+# Named audits and sabotages
+
+RATE, NOISE, CLIP, BACKGROUND, DELTA = 0.3, 1.5, 1.0, 4, 1e-3
+"""The named audits' setting: Poisson rate 0.3 (records, or clients), noise multiplier 1.5, clip 1, four
+background records (or clients); claims are the PLD accountant's (the tightest jaxfl states) at delta 1e-3:
+0.81 for one round under add/remove-one, 1.12 under replace-one."""
+
+
+class Audit(NamedTuple):
+    """A named audit: ``build() -> (algorithm, game)``, the accountant of its claim and its rounds."""
+
+    build: Callable[[], tuple]
+    accountant: str = "pld"
+    rounds: int = 1
+    about: str = ""
+
+
+def _minibatch_sgd(expected: bool, **overrides):
+    from jaxfl.algorithms import minibatch_sgd
+
+    kwargs = dict(server_opt=optax.sgd(1.0), sampling_rate=RATE, clip_norm=CLIP, noise_multiplier=NOISE,
+                  expected_batch_size=RATE * (BACKGROUND + 1) if expected else None, microbatch=None)
+    return minibatch_sgd(linear_loss, **{**kwargs, **overrides})
+
+
+def _local_sgd(**overrides):
+    from jaxfl.algorithms import local_sgd
+
+    kwargs = dict(client_opt=optax.sgd(1.0), local_steps=2, sampling_rate=RATE, clip_norm=CLIP,
+                  noise_multiplier=NOISE, expected_batch_size=RATE * (BACKGROUND + 1), microbatch=None)
+    return local_sgd(linear_loss, **{**kwargs, **overrides})
+
+
+def _dp_fedavg(**overrides):
+    from jaxfl.algorithms import dp_fedavg
+
+    kwargs = dict(client_opt=optax.sgd(1.0), local_steps=1, client_rate=RATE, expected_clients=RATE * (BACKGROUND + 1),
+                  clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
+    return dp_fedavg(linear_loss, **{**kwargs, **overrides})
+
+
+def _record_game(relation=ADD_OR_REMOVE_ONE):
+    return canary_game(level="record", relation=relation, background=BACKGROUND, clip_norm=CLIP)
+
+
+AUDITS = {
+    "minibatch_sgd": Audit(lambda: (_minibatch_sgd(True), _record_game()), "pld", 1,
+                           "Poisson rate 0.3, z 1.5, expected_batch_size fixed: add/remove-one record"),
+    "minibatch_sgd_replace_one": Audit(lambda: (_minibatch_sgd(False), _record_game(REPLACE_ONE)), "pld", 1,
+                                       "the same divided by the silo's own size: replace-one record"),
+    "local_sgd": Audit(lambda: (_local_sgd(), _record_game()), "pld", 1,
+                       "2 local steps of DP-SGD per round, expected_batch_size fixed: add/remove-one record"),
+    "dp_fedavg": Audit(lambda: (_dp_fedavg(), canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
+                       "pld", 1, "client rate 0.3, z 1.5, expected_clients fixed: add/remove-one client"),
+}
+"""The audits ``jaxfl audit NAME`` runs: name -> :class:`Audit`."""
+
+
+class _StaleNoise(NamedTuple):
+    params: Any
+    first_key: jax.Array  # the key data of round 0's noise key, kept for every later round
+    round: jax.Array
+
+
+def _noise_key_reused(expected_batch_size: float):
+    """Minibatch SGD on one silo that keeps drawing its noise from round 0's key (its Poisson samples stay
+    fresh): two rounds' releases then differ by the canary's contributions without noise. A sabotage, not an
+    algorithm."""
+    from jaxfl.algorithms.common import safe_mean
+    from jaxfl.engine.participation import resolve
+
+    sampler = local.make_sampler(sampling_rate=RATE, expected_batch_size=expected_batch_size, microbatch=None)
+    noise_key = lambda silo_key: keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE)  # noqa: E731
+
+    def client(sent, x, y, count, silo_key):
+        params, first_key, r = sent
+        key = jnp.where(r == 0, jax.random.key_data(noise_key(silo_key)), first_key)
+        mask = sampler.draw(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.MINIBATCH), count, x.shape[0])
+        noise = unit_noise_like(jax.random.wrap_key_data(key), params, NOISE)
+        return local.noisy_gradient(linear_loss, params, x, y, count, silo_key, 0, sampler=sampler, clip_norm=CLIP,
+                                    noise_multiplier=NOISE, drawn=(mask, noise))
+
+    def server(state, summed, ctx):
+        mean = safe_mean(summed, ctx.total_weight)
+        first = jax.random.key_data(noise_key(keys_lib.silo_key(ctx.round_key, 0)))
+        first = jnp.where(state.round == 0, first, state.first_key)
+        return _StaleNoise(jax.tree_util.tree_map(jnp.subtract, state.params, mean), first, state.round + 1), {}
+
+    def init(params):
+        blank = jax.random.key_data(keys_lib.as_key(0))
+        return _StaleNoise(params, jnp.zeros_like(blank), jnp.zeros([], jnp.int32))
+
+    return FederatedAlgorithm(init, make_round(client, server, resolve(None),
+                                               broadcast=lambda s: (s.params, s.first_key, s.round)),
+                              name="noise_key_reused")
+
+
+class Sabotage(NamedTuple):
+    """A sabotaged variant held to an honest algorithm's claim: ``build() -> (sabotaged, honest, game)``."""
+
+    build: Callable[[], tuple]
+    accountant: str = "pld"
+    rounds: int = 1
+    about: str = ""
+
+
+SABOTAGES = {
+    "noise_halved": Sabotage(lambda: (_minibatch_sgd(True, noise_multiplier=NOISE / 2), _minibatch_sgd(True),
+                                      _record_game()), about="minibatch_sgd with z halved"),
+    "clipping_off": Sabotage(lambda: (_minibatch_sgd(True, clip_norm=CANARY_SCALE * CLIP,
+                                                     noise_multiplier=NOISE / CANARY_SCALE),
+                                      _minibatch_sgd(True), _record_game()),
+                             about="minibatch_sgd with the clip 100x looser (the same noise std)"),
+    "own_size_denominator": Sabotage(lambda: (_minibatch_sgd(False), _minibatch_sgd(True), _record_game()),
+                                     about="minibatch_sgd divided by rate * n_i, claimed add/remove-one"),
+    "noise_key_reused": Sabotage(lambda: (_noise_key_reused(RATE * (BACKGROUND + 1)), _minibatch_sgd(True),
+                                          _record_game()), rounds=2,
+                                 about="minibatch_sgd whose noise key is reused across rounds"),
+    "dp_fedavg_noise_halved": Sabotage(lambda: (_dp_fedavg(noise_multiplier=NOISE / 2), _dp_fedavg(),
+                                                canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
+                                       about="dp_fedavg with z halved"),
+}
+"""Sabotaged variants and the honest claims they are held to: name -> :class:`Sabotage`."""
+
+
+def run_named(name: str, *, runs: int = 20_000, delta: float = DELTA, key=0) -> AuditResult:
+    """Runs :data:`AUDITS` ``[name]`` or :data:`SABOTAGES` ``[name]``."""
+    if name in AUDITS:
+        spec = AUDITS[name]
+        algorithm, game = spec.build()
+        return audit(algorithm, game, runs=runs, rounds=spec.rounds, delta=delta, accountant=spec.accountant,
+                     key=key, name=name)
+    if name in SABOTAGES:
+        spec = SABOTAGES[name]
+        sabotaged, honest, game = spec.build()
+        return audit(sabotaged, game, runs=runs, rounds=spec.rounds, delta=delta, accountant=spec.accountant,
+                     key=key, claim=honest, name=name)
+    raise ValueError(f"unknown audit {name!r}; known: {', '.join(sorted(AUDITS) + sorted(SABOTAGES))}")
