@@ -322,7 +322,8 @@ class CentralLedger(SiloLedger):
 def _unsupported(accountant: str, event, relation) -> str:
     """The refusal of an event, with what to do where there is a way out."""
     message = f"the {accountant!r} accountant cannot account {event!r}"
-    if isinstance(event, dp_accounting.PoissonSampledDpEvent) and relation is dp_accounting.NeighboringRelation.REPLACE_ONE:
+    replace_one = relation is dp_accounting.NeighboringRelation.REPLACE_ONE
+    if isinstance(event, dp_accounting.PoissonSampledDpEvent) and replace_one:
         message += (" under replace-one neighbours, the relation stated when a Poisson sample's clipped sum is divided "
                     "by the silo's own size: pass expected_batch_size= (a public constant fixed in advance) to the "
                     "algorithm for add/remove-one, or use accountant='pld'")

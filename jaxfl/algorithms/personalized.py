@@ -79,7 +79,8 @@ def _per_part(opt) -> optax.GradientTransformation:
 def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
                  sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
-                 silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current", chunk: int | None = None,
+                 silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current",
+                 chunk: int | None = None,
                  microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Shared body + per-silo private parameters (FedPer-style joint local training; seed 001's regimes).
 

@@ -125,7 +125,8 @@ def _per_round_sizes(expected_batch_size, rates):
 
 def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
               server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
-              sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0, silos_per_round=None,
+              sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
+              silos_per_round=None,
               projection=None, microbatch="auto", clients_per_pass: int | None = None,
               name: str | None = None) -> FederatedAlgorithm:
     """Local SGD / FedAvg; with ``noise_multiplier > 0`` every local step is clipped and noised.

@@ -90,7 +90,8 @@ STUDY = registry.register(Study(
                "records, add/remove-one (RDP accountant, Poisson sampling rate 0.2, each silo's clipped sum divided by "
                "the fixed expected batch size 18.2, clip 1.0); test accuracy mean ± std over seeds"),
     config={"dataset": "breast_cancer (scikit-learn)", "silos": SILOS, "rounds": ROUNDS, "sampling_rate": RATE,
-            "expected_batch_size": EXPECTED_BATCH, "neighbouring_relation": "add_or_remove_one", "clip_norm": CLIP, "server_lr": SERVER_LR, "local_lr": LOCAL_LR, "local_steps": LOCAL_STEPS,
+            "expected_batch_size": EXPECTED_BATCH, "neighbouring_relation": "add_or_remove_one", "clip_norm": CLIP,
+            "server_lr": SERVER_LR, "local_lr": LOCAL_LR, "local_steps": LOCAL_STEPS,
             "delta": "1/n_i^2 per silo", "accountant": "rdp"},
     quick={"reps": 2, "settings": {"epsilons": (1.0, 8.0)}}))
 

@@ -90,7 +90,8 @@ def _build(method: str, static: dict, *, epsilon, clip_multiplier=None, noise_mu
                       layout=rec.per_tensor(_template(module), BITS_PER_TENSOR), server_opt=s["server_opt"](),
                       clients_per_pass=per_pass)
     return dp_fedavg(loss, client_opt=optax.sgd(s["client_lr"]), local_epochs=1, batch_size=s["batch_size"],
-                     client_rate=b / static["clients"], expected_clients=b, clip_norm=s["fedavg_clip"], noise_multiplier=noise_multiplier,
+                     client_rate=b / static["clients"], expected_clients=b, clip_norm=s["fedavg_clip"],
+                     noise_multiplier=noise_multiplier,
                      server_opt=s["server_opt"](), clients_per_pass=per_pass or b)
 
 

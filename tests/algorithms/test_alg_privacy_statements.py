@@ -28,7 +28,8 @@ ALGORITHMS = [
                                                     expected_batch_size=5.0, clip_norm=1.0,
                                                     noise_multiplier=1.0), ADD, "rdp", None),
     ("minibatch_sgd poisson own size", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2,
-                                                             clip_norm=1.0, noise_multiplier=1.0), REPLACE, "pld", None),
+                                                             clip_norm=1.0, noise_multiplier=1.0),
+     REPLACE, "pld", None),
     ("minibatch_sgd draws", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, batch_size=4, clip_norm=1.0,
                                                   noise_multiplier=30.0), REPLACE, "lowy", None),
     ("minibatch_sgd full", lambda: minibatch_sgd(logistic_loss, server_opt=SGD, clip_norm=1.0, noise_multiplier=3.0),
@@ -118,7 +119,7 @@ def test_pvec_events_carry_the_model_dimension_from_params():
 
 @pytest.mark.parametrize("build, accountant", [
     (lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5, expected_clients=2.0,
-                       clip_norm=1.0, noise_multiplier=1.0), "lowy"),                       # add/remove, replace-one accountant
+                       clip_norm=1.0, noise_multiplier=1.0), "lowy"),   # add/remove, replace-one accountant
     (lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2, expected_batch_size=5.0,
                            clip_norm=1.0, noise_multiplier=1.0), "shuffle"),
     (lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0,

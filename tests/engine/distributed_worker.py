@@ -58,8 +58,8 @@ def main():
             mine = sharding.process_silos(mesh, full.num_silos)
             local = FederatedData(*(np.asarray(a)[mine] for a in full))  # as if this process loaded only these
             data = sharding.shard_local_data(local, mesh, full.num_silos)
-    algs = [minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.3, clip_norm=1.0,
-                          noise_multiplier=1.1, silos_per_round=5),
+    algs = [minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.3, expected_batch_size=6.0,
+                          clip_norm=1.0, noise_multiplier=1.1, silos_per_round=5),
             personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
                          local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=5)]
     out = {}

@@ -61,7 +61,8 @@ def test_per_silo_epsilons_differ_with_silo_size():
     privacy = alg.privacy(np.asarray(data.counts))
     assert privacy.level == "record" and len(privacy.events) == 2
     assert privacy.events[0].source_dataset_size == 20 and privacy.events[1].source_dataset_size == 200
-    poisson_alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), sampling_rate=0.1, expected_batch_size=2.0, clip_norm=1.0,
+    poisson_alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), sampling_rate=0.1, expected_batch_size=2.0,
+                                clip_norm=1.0,
                                 noise_multiplier=2.0)
     ledger = SiloLedger(list(poisson_alg.privacy(np.array([20, 200])).events))
     ledger.record(10)
@@ -285,7 +286,8 @@ def test_sigkill_mid_run_keeps_metrics_and_checkpoint(tmp_path):
         from jaxfl.engine import train
         from jaxfl.models import init_linear, logistic_loss
         data = from_silos(make_silos([40, 25, 33, 40, 18]))
-        alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.2, expected_batch_size=4.0, clip_norm=1.0,
+        alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.2, expected_batch_size=4.0,
+                            clip_norm=1.0,
                             noise_multiplier=1.0)
         def slow_eval(p):
             time.sleep(0.4)

@@ -105,8 +105,8 @@ def test_a_scheduled_round_needs_its_inputs(small_data):
 
 def test_a_growing_sampling_rate_is_accounted_round_by_round_and_the_budget_stop_is_exact(small_data):
     rates = np.linspace(0.05, 0.8, 40)
-    alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=PerRound(rates), expected_batch_size=5.0, clip_norm=1.0,
-                        noise_multiplier=1.2)
+    alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=PerRound(rates),
+                        expected_batch_size=5.0, clip_norm=1.0, noise_multiplier=1.2)
     result = train(alg, small_data, init_linear(5), rounds=40, key=0, eval_every=7, target_epsilon=2.0, delta=1e-5,
                    progress=False)
 

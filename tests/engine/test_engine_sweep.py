@@ -19,7 +19,8 @@ from _helpers import Killed, make_silos, watch_checkpoint_writes
 
 
 def _build(lr, z):
-    return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, expected_batch_size=6.0, clip_norm=1.0,
+    return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, expected_batch_size=6.0,
+                         clip_norm=1.0,
                          noise_multiplier=z)
 
 
@@ -176,7 +177,8 @@ def _partial_build():
     """``_build`` as a ``functools.partial`` of a function object made afresh, at another address (as in another
     process: a later sitting, a ``--workers`` worker)."""
     def build(lr, z, clip):
-        return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, expected_batch_size=6.0, clip_norm=clip,
+        return minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), sampling_rate=0.3, expected_batch_size=6.0,
+                             clip_norm=clip,
                              noise_multiplier=z)
     return functools.partial(build, clip=1.0)
 
