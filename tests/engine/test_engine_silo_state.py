@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 def momentum_sgd(silos_per_round=None, clients_per_pass=None, z=1.0, beta=0.9):
     """ISRL-DP minibatch SGD whose silos keep a momentum of their own noisy gradients across rounds (the
     momentum is post-processing of the silo's own transcript) and count the rounds they took part in."""
-    sampler = local.make_sampler(sampling_rate=0.3)
+    sampler = local.make_sampler(sampling_rate=0.3, expected_batch_size=9.0)
     seen = {}
 
     def client(params, x, y, count, key, *, silo_state):
