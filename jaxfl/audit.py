@@ -34,10 +34,11 @@ import numpy as np
 import optax
 
 from jaxfl import checks
+from jaxfl.accounting.events import as_relation
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import local
 from jaxfl.engine.driver import make_ledger
-from jaxfl.engine.protocol import FederatedAlgorithm, initial_state
+from jaxfl.engine.protocol import FederatedAlgorithm, initial_state, schedule_length
 from jaxfl.engine.rounds import make_round
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.noise import unit_noise_like
@@ -90,7 +91,9 @@ def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int =
     so both datasets have the same shapes and one compiled program serves both.
     """
     checks.one_of("level", level, ("record", "client"))
-    relation = _relation(relation)
+    relation = as_relation(relation)
+    if relation not in (ADD_OR_REMOVE_ONE, REPLACE_ONE):
+        raise ValueError(f"relation must be add_or_remove_one or replace_one, got {relation.name.lower()}")
     dim, background = checks.positive_int("dim", dim), checks.positive_int("background", background)
     canary = np.zeros(dim, np.float32)
     canary[0] = CANARY_SCALE * float(clip_norm)
@@ -116,14 +119,6 @@ def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int =
     return CanaryGame(inside, outside, {"w": jnp.zeros(dim, jnp.float32)}, direction, relation, level)
 
 
-def _relation(relation) -> dp_accounting.NeighboringRelation:
-    if isinstance(relation, str):
-        relation = {"add_or_remove_one": ADD_OR_REMOVE_ONE, "replace_one": REPLACE_ONE}.get(relation, relation)
-    if relation not in (ADD_OR_REMOVE_ONE, REPLACE_ONE):
-        raise ValueError(f"relation must be add_or_remove_one or replace_one, got {relation!r}")
-    return relation
-
-
 # ------------------------------------------------------------------------------------------------
 # Running the rounds
 
@@ -134,23 +129,27 @@ def releases(algorithm: FederatedAlgorithm, data: FederatedData, params, *, runs
     model), for ``runs`` independent runs from ``params``, run ``r`` with the root key ``fold_in(key, r)``.
     The rounds are the algorithm's own, compiled once and vmapped over ``batch`` runs at a time."""
     runs, rounds = checks.positive_int("runs", runs), checks.positive_int("rounds", rounds)
+    length = schedule_length(algorithm)
+    if length is not None and length < rounds:
+        raise ValueError(f"rounds={rounds} but the algorithm's schedule covers {length} rounds")
     root = keys_lib.as_key(key)
     flat = lambda p: jnp.concatenate([jnp.ravel(a) for a in jax.tree_util.tree_leaves(p)])  # noqa: E731
 
     def one(run):
-        state = initial_state(algorithm, params, data.num_silos)
         run_key = keys_lib.fold_in(root, run)
-        out = []
-        for r in range(rounds):
+
+        def round_(state, xs):
+            r, inputs = xs
             before = flat(state.params)
             round_key = keys_lib.round_key(run_key, r)
-            if algorithm.schedule is None:
-                state, _ = algorithm.round(state, data, round_key)
-            else:
-                inputs = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf)[r], algorithm.schedule)
-                state, _ = algorithm.round(state, data, round_key, inputs)
-            out.append(flat(state.params) - before)
-        return jnp.stack(out)
+            args = () if algorithm.schedule is None else (inputs,)
+            state, _ = algorithm.round(state, data, round_key, *args)
+            return state, flat(state.params) - before
+
+        inputs = None if algorithm.schedule is None else jax.tree_util.tree_map(
+            lambda leaf: jnp.asarray(leaf)[:rounds], algorithm.schedule)
+        state = initial_state(algorithm, params, data.num_silos)
+        return jax.lax.scan(round_, state, (jnp.arange(rounds), inputs))[1]
 
     program = jax.jit(jax.vmap(one))
     parts = [np.asarray(program(jnp.arange(start, min(start + batch, runs))))

@@ -75,7 +75,7 @@ class Accountant(Protocol):
     def events(self) -> tuple[tuple[DpEvent, int], ...]: ...
 
 
-_relation = _events._relation  # NeighboringRelation or its lower-case name -> NeighboringRelation
+_relation = _events.as_relation  # NeighboringRelation or its lower-case name -> NeighboringRelation
 
 #: Every neighbouring relation dp_accounting names.
 ALL_RELATIONS: frozenset = frozenset(NeighboringRelation)

@@ -37,7 +37,7 @@ NeighboringRelation = dp_accounting.NeighboringRelation
 
 __all__ = [
     "DprecDpEvent", "PvecDpEvent", "RoundCycleDpEvent", "RoundScheduleDpEvent", "ShuffledGaussianDpEvent",
-    "clipped_sum_gaussian", "clipped_sum_sensitivity", "rdp_event", "per_round_members",
+    "as_relation", "clipped_sum_gaussian", "clipped_sum_sensitivity", "rdp_event", "per_round_members",
 ]
 
 
@@ -45,7 +45,9 @@ __all__ = [
 # The Gaussian mechanism on a clipped sum
 
 
-def _relation(value: Any) -> NeighboringRelation:
+def as_relation(value: Any) -> NeighboringRelation:
+    """``value`` (a ``NeighboringRelation`` or its name, e.g. ``"replace_one"``) as a ``NeighboringRelation``;
+    one ``ValueError`` naming the known relations otherwise."""
     if isinstance(value, NeighboringRelation):
         return value
     if isinstance(value, str):
@@ -62,7 +64,7 @@ def clipped_sum_sensitivity(relation: Any) -> float:
     norm at most ``C``: ``1`` under add/remove-one (one contribution appears or vanishes) and
     replace-special (one contribution becomes the zero record), ``2`` under replace-one (``+C`` may become
     ``-C``)."""
-    return 2.0 if _relation(relation) is NeighboringRelation.REPLACE_ONE else 1.0
+    return 2.0 if as_relation(relation) is NeighboringRelation.REPLACE_ONE else 1.0
 
 
 def clipped_sum_gaussian(noise_multiplier: float, relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE
@@ -90,7 +92,7 @@ def clipped_sum_gaussian(noise_multiplier: float, relation: Any = NeighboringRel
       relation: the neighbouring relation the statement is for (a ``dp_accounting.NeighboringRelation`` or
         its lower-case name); validated, and documented here, but it does not change the event.
     """
-    _relation(relation)
+    as_relation(relation)
     z = checks.epsilon("noise_multiplier", noise_multiplier, allow_zero=True)  # finite and >= 0
     return dp_accounting.GaussianDpEvent(z)
 

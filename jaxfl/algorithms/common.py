@@ -62,19 +62,11 @@ def silo_noise_multipliers(noise_multiplier, counts) -> list:
     return [(int(n), float(zi)) for n, zi in zip(counts, z) if n > 0]
 
 
-def sampling_relation(sampler) -> NeighboringRelation:
-    """The neighbouring relation a sampler's steps are private under (:attr:`jaxfl.engine.local.Sampler.relation`):
-    add/remove-one when the clipped sum is divided by a public ``expected_batch_size`` fixed in advance,
-    replace-one when it is divided by the silo's own size (draws with replacement, and Poisson or full batches
-    without ``expected_batch_size``), which only replace-one neighbours leave unchanged."""
-    return sampler.relation
-
-
 def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, relation=None):
     """``counts -> RoundPrivacy``: per silo with records, ``steps_per_round`` composed steps of
     ``sampler.event(n_i, z_i)`` (a sampled Gaussian on the silo's clipped sum, noise std ``z_i C``), for
-    ``relation`` (default: :func:`sampling_relation` of the sampler)."""
-    relation = sampling_relation(sampler) if relation is None else relation
+    ``relation`` (default: the sampler's, :attr:`jaxfl.engine.local.Sampler.relation`)."""
+    relation = sampler.relation if relation is None else relation
 
     def privacy(counts):
         events = []
@@ -90,7 +82,7 @@ def per_round_silo_privacy(round_samplers, noise_multiplier):
     """``counts -> RoundPrivacy`` for rounds that differ by their sampler (a schedule): per silo with
     records, a ``RoundScheduleDpEvent`` whose round ``r`` releases ``round_samplers[r].event(n_i, z_i)``
     (samplers of one neighbouring relation)."""
-    relations = {sampling_relation(s) for s in round_samplers}
+    relations = {s.relation for s in round_samplers}
     if len(relations) != 1:
         raise ValueError("per-round samplers must share one neighbouring relation, got "
                          f"{sorted(r.name for r in relations)}")

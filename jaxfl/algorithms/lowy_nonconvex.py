@@ -52,7 +52,7 @@ from jaxfl.accounting.events import PvecDpEvent, RoundCycleDpEvent, clipped_sum_
 from jaxfl.algorithms import prox as prox_lib
 from jaxfl import checks
 from jaxfl.algorithms.common import (check_params, check_private_args, is_concrete_zero as is_zero, model_template,
-                                     safe_mean, sampling_relation)
+                                     safe_mean)
 from jaxfl.algorithms.lowy_convex import one_pass_batch, one_pass_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
@@ -329,11 +329,11 @@ def _cycle(first, later, period: int):
 def _gaussian_privacy(kind, period, fresh_sampler, diff_sampler, z_fresh, z_diff):
     """``counts -> RoundPrivacy`` for the Gaussian mechanisms: per silo with records, the fresh part's
     sampled Gaussian ``z_fresh`` and the difference's ``z_diff`` (each relative to its per-record bound).
-    Replace-one neighbours when either part draws with replacement (only the ``"lowy"`` accountant
-    accounts such draws, for that relation), else add/remove-one."""
+    Replace-one neighbours when either part's sampler is stated for it (draws with replacement, or a sum
+    divided by the silo's own size: :attr:`jaxfl.engine.local.Sampler.relation`), else add/remove-one."""
     samplers = (fresh_sampler,) if z_diff is None else (fresh_sampler, diff_sampler)
     relation = (dp_accounting.NeighboringRelation.REPLACE_ONE
-                if any(sampling_relation(s) is dp_accounting.NeighboringRelation.REPLACE_ONE for s in samplers)
+                if any(s.relation is dp_accounting.NeighboringRelation.REPLACE_ONE for s in samplers)
                 else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
     def privacy(counts):
