@@ -9,7 +9,7 @@ multiplier meeting (E, D). The mechanism is the Poisson-subsampled Gaussian with
 (``--sampling-rate 1``, the default, is the plain Gaussian). ``--steps``, ``--delta`` and one of
 ``--noise-multiplier`` / ``--target-epsilon`` are required (argparse error, exit status 2, when missing).
 
-DP-REC (seed 004, Alg. 7; :mod:`jaxfl.accounting.dprec`)::
+DP-REC (Triastcyn et al., Alg. 7; :mod:`jaxfl.accounting.dprec`)::
 
     jaxfl account --accountant dprec --clip-multiplier c --bits b --clients-per-round B --clients N \\
                   --rounds T [--delta D] [--json]
@@ -83,7 +83,7 @@ def add_account_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="privacy accounting: (Poisson-subsampled) Gaussian mechanism, or DP-REC",
         description="Epsilon of T Poisson-subsampled Gaussian steps (add/remove-one neighbours), or the "
                     "smallest noise multiplier meeting a target epsilon; with --accountant dprec, epsilon of "
-                    "a DP-REC run (seed 004, Alg. 7) or the largest clip multiplier meeting a target.")
+                    "a DP-REC run (Triastcyn et al., Alg. 7) or the largest clip multiplier meeting a target.")
     # argparse has no post-parse hook for subparsers: the parser object becomes an _AccountParser (it adds
     # no state, only the check of the Gaussian mode's required flags).
     parser.__class__ = _AccountParser

@@ -1,6 +1,6 @@
 """The papers' closed-form privacy calculus, as pure functions of plain floats.
 
-These reproduce the calibrations the seed papers state (seed 000 digest §2.3): the classic and Bun–Steinke
+These reproduce the calibrations the seed papers state (Lowy & Razaviyayn digest §2.3): the classic and Bun–Steinke
 Gaussian mechanisms, advanced composition, amplification by subsampling, parallel composition. They are
 *looser* than the accountants in :mod:`jaxfl.accounting.accountants`; use them to follow a paper's theorem
 exactly, and the accountants for the library's own tighter calibration.

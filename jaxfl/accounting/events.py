@@ -8,9 +8,9 @@ written from the docstring alone. They subclass ``dp_accounting.DpEvent`` and co
 
 * :func:`clipped_sum_gaussian`, :func:`clipped_sum_sensitivity`, :func:`rdp_event`: the Gaussian mechanism
   on a sum of clipped per-record contributions, under each neighbouring relation;
-* :class:`PvecDpEvent`, :class:`ShuffledGaussianDpEvent`: shuffle-model rounds (seeds 000 and 002,
+* :class:`PvecDpEvent`, :class:`ShuffledGaussianDpEvent`: shuffle-model rounds (Lowy & Razaviyayn and Lowy et al.,
   accountant ``"shuffle"``);
-* :class:`DprecDpEvent`: one DP-REC release (seed 004, accountant ``"dprec"``);
+* :class:`DprecDpEvent`: one DP-REC release (Triastcyn et al., accountant ``"dprec"``);
 * :class:`RoundCycleDpEvent`, :class:`RoundScheduleDpEvent`: *per-round* events, a statement of what each
   round of a run releases; only ledgers (:mod:`jaxfl.accounting.ledger`) understand them, and hand the
   accountants the member events.
@@ -131,12 +131,12 @@ def _scaled(event: DpEvent, factor: float) -> DpEvent:
 
 
 # ------------------------------------------------------------------------------------------------
-# Shuffle model (seed 000 §5, seed 002 §4)
+# Shuffle model (Lowy & Razaviyayn §5, Lowy et al. §4)
 
 
 @dataclasses.dataclass(frozen=True)
 class PvecDpEvent(DpEvent):
-    """One run of the binomial vector-summation protocol P_vec (Cheu et al.; seed 000 Alg. 6, seed 002
+    """One run of the binomial vector-summation protocol P_vec (Cheu et al.; Lowy & Razaviyayn Alg. 6, Lowy et al.
     Algs. 7-10) over ``num_users`` reports of dimension ``dim``, with ``ShuffleParams(granularity, trials,
     probability)``.
 
@@ -158,7 +158,7 @@ class PvecDpEvent(DpEvent):
 
 @dataclasses.dataclass(frozen=True)
 class ShuffledGaussianDpEvent(DpEvent):
-    """One round of Shuffled Noisy MB-SGD (seed 000, Thm 5.1), as the shuffled transcript reveals it about
+    """One round of Shuffled Noisy MB-SGD (Lowy & Razaviyayn, Thm 5.1), as the shuffled transcript reveals it about
     one record anywhere in the union of the silos (central DP).
 
     Mechanism: ``reports`` of the ``num_silos`` silos are available; each draws one of its records (silos
@@ -178,7 +178,7 @@ class ShuffledGaussianDpEvent(DpEvent):
 
 
 # ------------------------------------------------------------------------------------------------
-# DP-REC (seed 004)
+# DP-REC (Triastcyn et al.)
 
 
 def _clip_multiplier(value: Any) -> float:
@@ -191,7 +191,7 @@ def _bits(value: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class DprecDpEvent(DpEvent):
-    """One DP-REC release of one client's clipped update (seed 004, Alg. 3; digest §3).
+    """One DP-REC release of one client's clipped update (Triastcyn et al., Alg. 3; digest §3).
 
     Mechanism: the client clips its update to ``C = c sigma`` and sends the index of one of ``K = 2^bits``
     samples of the shared prior ``N(0, sigma^2 I)``, chosen with weights ``q / p`` where

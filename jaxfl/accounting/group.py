@@ -3,9 +3,9 @@
 A user who holds ``k`` records changes ``k`` records at once. Two ways to state user-level DP:
 
 * **Group privacy**: an (eps, delta)-DP mechanism is ``(k eps, delta (1 + e^eps + ... + e^{(k-1) eps}))``-
-  indistinguishable on datasets that differ in ``k`` records (chaining the definition; seed 001's Lemma
+  indistinguishable on datasets that differ in ``k`` records (chaining the definition; Huang et al.'s Lemma
   3.6 prints the looser ``k e^{k eps} delta``). :func:`group_privacy` is that map, in either form;
-  :func:`record_level_target` inverts it (seed 001 §3.1.2: run record-level DP at ``eps' = eps / k`` and
+  :func:`record_level_target` inverts it (Huang et al. §3.1.2: run record-level DP at ``eps' = eps / k`` and
   ``delta' = delta / (k e^eps)`` in the paper's form, its ``O(delta r / m)`` made exact).
 * **Per-user sampling and clipping**: make the user the unit (:func:`jaxfl.data.users.group_by_user`,
   :func:`jaxfl.data.users.per_user_loss`), so each sampled/clipped "example" is one user and the
@@ -44,7 +44,7 @@ def group_privacy(epsilon: float, delta: float, group_size: int, bound: str = "c
     * ``bound="chain"`` (default): ``delta' = delta (1 + e^eps + ... + e^{(k-1) eps})``, chaining the
       definition over the ``k`` intermediate neighbours (exactly ``(eps, delta)`` at ``k = 1``; at most
       ``k e^{(k-1) eps} delta``, the Dwork & Roth form);
-    * ``bound="paper"``: seed 001's Lemma 3.6 as printed, ``delta' = k e^{k eps} delta`` (looser: not the
+    * ``bound="paper"``: Huang et al.'s Lemma 3.6 as printed, ``delta' = k e^{k eps} delta`` (looser: not the
       identity at ``k = 1``).
     """
     epsilon = checks.epsilon("epsilon", epsilon, allow_zero=True)
@@ -59,7 +59,7 @@ def record_level_target(epsilon: float, delta: float, records_per_user: int, bou
                         ) -> tuple[float, float]:
     """The record-level ``(eps / k, delta')`` whose :func:`group_privacy` (same ``bound``) at
     ``k = records_per_user`` is exactly the user-level ``(eps, delta)``: ``delta' = delta / sum_{i<k}
-    e^{i eps / k}`` (``"chain"``), or seed 001 §3.1.2's ``delta' = delta / (k e^eps)`` (``"paper"``: its
+    e^{i eps / k}`` (``"chain"``), or Huang et al. §3.1.2's ``delta' = delta / (k e^eps)`` (``"paper"``: its
     ``O(delta r / m)`` made exact)."""
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, scalar=True)

@@ -1,6 +1,6 @@
 """Privacy ledgers consulted by the driver between compiled rounds.
 
-:class:`SiloLedger` accounts inter-silo record-level DP (ISRL-DP, seed 000/002): every silo's own transcript
+:class:`SiloLedger` accounts inter-silo record-level DP (ISRL-DP, Lowy & Razaviyayn/002): every silo's own transcript
 is accounted separately, with respect to one record of *that* silo, so silos with different data sizes
 (different sampling rates, different noise) get different epsilons. Silos whose per-round events are
 identical share one accountant (the RDP/PLD work is done once per distinct event).
@@ -72,7 +72,7 @@ class SiloLedger:
       accountant: registry name (``"rdp"``, ``"pld"``, ...).
       num_silos: number of silos when ``silo_events`` is a single event.
       composition: ``"sequential"`` (every round composes the events again) or ``"parallel"``: rounds
-        touch disjoint records (one-pass algorithms, seed 000's Thm 3.1), so by parallel composition
+        touch disjoint records (one-pass algorithms, Lowy & Razaviyayn's Thm 3.1), so by parallel composition
         the whole run costs one round's events.
       round_limit: the most rounds the events are valid for (one-pass: ``floor(n / K)``; beyond it
         records would be reused); epsilons are ``inf`` past it.

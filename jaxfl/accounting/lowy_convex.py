@@ -1,4 +1,4 @@
-"""Seed 000's noise calibrations (Lowy & Razaviyayn, ISRL-DP federated learning, convex losses).
+"""Lowy & Razaviyayn's noise calibrations (Lowy & Razaviyayn, ISRL-DP federated learning, convex losses).
 
 Each function is the paper's formula exactly, with the ranges its proof needs checked (``ValueError``
 naming the value otherwise). Digest: ``shared/spec/seed-000.md`` §3 and §7.1 item 6. All sigmas are
@@ -151,7 +151,7 @@ def _with_replacement_steps(event, count):
 
 
 class LowyAccountant(_DpAccountingAccountant):
-    """Seed 000's closed-form privacy calculus for minibatches drawn *with replacement*.
+    """Lowy & Razaviyayn's closed-form privacy calculus for minibatches drawn *with replacement*.
 
     No peer library accounts for sampling with replacement; this accountant follows the proof of
     Theorem 2.1 / D.1 step by step, for a composed history of ``m`` steps, each a
@@ -168,7 +168,7 @@ class LowyAccountant(_DpAccountingAccountant):
 
     Where step 2 gives ``eps_pre > 1`` the calculus proves nothing and ``epsilon`` is ``inf``. The
     guarantee is ISRL-DP for replace-one neighbours within a silo (the paper's relation). A plain
-    ``GaussianDpEvent(z)`` is a step on the full local batch (seed 002's SVRG checkpoints): steps 2 and 4
+    ``GaussianDpEvent(z)`` is a step on the full local batch (Lowy et al.'s SVRG checkpoints): steps 2 and 4
     without amplification.
     """
 

@@ -1,4 +1,4 @@
-"""Central (shuffled) guarantees of seed 000's shuffle-model algorithms, as an accountant.
+"""Central (shuffled) guarantees of Lowy & Razaviyayn's shuffle-model algorithms, as an accountant.
 
 Two events describe what the *shuffled* transcript of one round reveals about one record anywhere in
 the union of the silos (central DP, replace-one neighbours; both are defined, with their assumptions, in

@@ -1,4 +1,4 @@
-"""Seed 003's privacy analysis (van Dijk et al., "Asynchronous Federated Learning with Reduced Number of
+"""van Dijk et al.'s privacy analysis (van Dijk et al., "Asynchronous Federated Learning with Reduced Number of
 Rounds and with Differential Privacy from Less Aggregated Gaussian Noise", 2020). Digest:
 ``shared/spec/seed-003.md`` §8.
 

@@ -1,12 +1,12 @@
 """Federated algorithms, each a factory returning a :class:`jaxfl.engine.FederatedAlgorithm`.
 
 Modules are named after the paper whose algorithms they hold, as in :mod:`jaxfl.accounting` and
-:mod:`jaxfl.experiments`: ``lowy_convex`` holds seed 000's ISRL-DP algorithms for convex losses (noisy
+:mod:`jaxfl.experiments`: ``lowy_convex`` holds Lowy & Razaviyayn's ISRL-DP algorithms for convex losses (noisy
 MB-SGD with its calibrations, accelerated AC-SA one-pass / ERM / multi-stage, ISRL-DP Local SGD,
-shuffle-model variants); ``lowy_nonconvex`` seed 002's (prox-SGD/GD, FedProx-SVRG / PL-SVRG,
-FedProx-SPIDER, Alt Fed-SPIDER and their shuffle-model versions); ``dprec`` seed 004's DP-REC
-(relative-entropy-coded updates as the privacy mechanism); ``joint_dp`` seed 001's A_NSGD and A_NSSGD (its
-experiments' regimes are :func:`personalized` with different parameter partitions); ``async_dp`` seed 003's
+shuffle-model variants); ``lowy_nonconvex`` Lowy et al.'s (prox-SGD/GD, FedProx-SVRG / PL-SVRG,
+FedProx-SPIDER, Alt Fed-SPIDER and their shuffle-model versions); ``dprec`` Triastcyn et al.'s DP-REC
+(relative-entropy-coded updates as the privacy mechanism); ``joint_dp`` Huang et al.'s A_NSGD and A_NSSGD (its
+experiments' regimes are :func:`personalized` with different parameter partitions); ``async_dp`` van Dijk et al.'s
 asynchronous protocol (its host timeline in ``async_timeline``, its sample- and step-size sequences in
 ``async_schedules``). ``prox`` holds the proximal operators they step with (composable with optax).
 """

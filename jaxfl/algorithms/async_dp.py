@@ -1,4 +1,4 @@
-"""Asynchronous (DP) federated learning with increasing sample sizes (seed 003, van Dijk et al. 2020):
+"""Asynchronous (DP) federated learning with increasing sample sizes (van Dijk et al. 2020):
 :func:`async_sgd` runs the protocol of :mod:`jaxfl.algorithms.async_timeline` on the engine, and
 :func:`sync_sgd` is the same clients in synchronous rounds (the reference the asynchronous run equals with
 zero delays and equal speeds).
@@ -25,6 +25,11 @@ of the round moved, and draws with replacement, so one record can move the round
 accounting and the tight Poisson-model epsilon of the same rounds are reported beside each run by the
 studies, labelled as such. ``sampling="poisson"`` is the stated variant (:func:`async_sgd`): every gradient
 of a round at its start point, a Poisson sample per round, and the tight epsilon as its statement.
+
+References:
+  M. van Dijk, N. V. Nguyen, T. N. Nguyen, L. M. Nguyen, Q. Tran-Dinh and P. H. Nguyen. "Asynchronous
+  Federated Learning with Reduced Number of Rounds and with Differential Privacy from Less Aggregated
+  Gaussian Noise." arXiv preprint, 2020.
 """
 from __future__ import annotations
 
@@ -207,7 +212,7 @@ def _server_scale(aggregation: str, n: int) -> float:
 def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: float = math.inf,
               noise_multiplier: float = 0.0, aggregation: str = "sum", sampling: str = "replacement",
               chunk: int = 4, name: str = "async SGD") -> FederatedAlgorithm:
-    """Seed 003's asynchronous protocol on ``timeline`` (:func:`jaxfl.algorithms.async_timeline.simulate`):
+    """van Dijk et al.'s asynchronous protocol on ``timeline`` (:func:`jaxfl.algorithms.async_timeline.simulate`):
     one engine round per slice (``rounds=timeline.num_slices``), clients vmapped. ``loss_fn(params, x, y)``
     is one record's loss; ``clip_norm`` (``inf``: no clipping) and ``noise_multiplier`` give Alg. 2.1's DP
     client. ``aggregation``: ``"sum"`` (the paper: ``v_hat -= eta U``) or ``"mean"`` (``v_hat -= eta U / n``, a

@@ -1,4 +1,4 @@
-"""Seed 003's schedules (digest §5-6): sample sizes per round, step sizes per iteration or per round, and
+"""van Dijk et al.'s schedules (digest §5-6): sample sizes per round, step sizes per iteration or per round, and
 the permissible delay function.
 
 Sample-size sequences are host arrays ``s[i]`` (int, records per round, ``i = 0..rounds-1``); the paper's

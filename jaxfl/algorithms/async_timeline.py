@@ -1,4 +1,4 @@
-"""The asynchronous protocol's timeline (seed 003 §4), simulated on the host as a deterministic event queue.
+"""The asynchronous protocol's timeline (van Dijk et al. §4), simulated on the host as a deterministic event queue.
 
 Who computes when, which messages reach the server in which order, and which broadcast each client accepts
 depend on compute speeds, delays, sample sizes and the wait rule only, never on model values. So the whole

@@ -1,4 +1,4 @@
-"""DP-REC (seed 004, Algs 3, 4 and 8): relative-entropy coding of clipped client updates as the privacy
+"""DP-REC (Triastcyn et al., Algs 3, 4 and 8): relative-entropy coding of clipped client updates as the privacy
 mechanism.
 
 Per round the server draws ``B`` client slots uniformly **with replacement** from the ``N`` clients
@@ -16,6 +16,10 @@ Privacy (user level, add/remove one client, central): one round is
 ``SampledWithReplacementDpEvent(N, B, DprecDpEvent(c, b_tot))``, which the ``"dprec"`` accountant counts as
 ``B`` steps at rate ``1/N`` (Alg. 7). The guarantee needs the secrecy of the Gumbel draws and the client's
 choice of ``R``; both hold here by construction.
+
+References:
+  A. Triastcyn, M. Reisser and C. Louizos. "DP-REC: Private & Communication-Efficient Federated
+  Learning." arXiv preprint, 2021.
 """
 from __future__ import annotations
 

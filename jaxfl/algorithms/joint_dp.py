@@ -1,4 +1,4 @@
-"""Seed 001's A_NSGD (Huang et al. 2023, Alg. 1): noisy single-record SGD for joint DP, on the engine; and
+"""A_NSGD (Huang et al. 2023, Alg. 1): noisy single-record SGD for joint DP, on the engine; and
 A_NSSGD (Alg. 2, Appendix B, :func:`nssgd`): per-user mean gradients through a private mean estimator.
 
 Owner ``j`` holds personal parameters ``x_j`` (its silo state, never noised or sent) and everyone shares
@@ -25,6 +25,10 @@ does not depend on ``x``, i.e. ``h(x, u, z) = h_1(x, z) + h_2(u, z)``: ``separab
 ``lipschitz`` declares L), and only then does the algorithm state privacy (record level, replace-one, one
 :func:`step_event` per owner per step). Otherwise ``privacy`` is None and the paper's number is available
 from the functions above as what the paper claims, not as a guarantee.
+
+References:
+  Y. Huang, H. Jiang, D. Liu, M. Mahdian, J. Mao and V. Mirrokni. "Learning across Data Owners with
+  Joint Differential Privacy." arXiv 2305.15723, 2023.
 """
 from __future__ import annotations
 
@@ -237,7 +241,7 @@ def nssgd_event(noise_multiplier: float, *, owners: int) -> dp_accounting.DpEven
 def nssgd(loss_fn, *, shared, learning_rate: float, tau: float, bound: float, noise_multiplier: float = 0.0,
           gamma: float = 1e-3, shared_radius=math.inf, private_radius=math.inf, separable: bool = False,
           name: str = "nssgd") -> FederatedAlgorithm:
-    """Builds A_NSSGD (seed 001 Alg. 2, Appendix B) on data grouped by user
+    """Builds A_NSSGD (Huang et al. Alg. 2, Appendix B) on data grouped by user
     (:func:`jaxfl.data.group_by_user`: silo rows are users, ``x: [users, records_per_user, ...]``).
 
     Step ``t``: one owner ``j`` (uniform); every user ``k`` of ``j`` gives its mean gradient ``X_k`` (line 4:

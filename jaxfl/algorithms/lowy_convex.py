@@ -1,4 +1,4 @@
-"""Seed 000 (Lowy & Razaviyayn): ISRL-DP federated learning for convex losses.
+"""Lowy & Razaviyayn (2023): ISRL-DP federated learning for convex losses.
 
 Factories, all on the shared engine (:func:`jaxfl.engine.rounds.make_round`):
 
@@ -18,6 +18,10 @@ Calibrations return the *engine's* noise multiplier ``z`` (noise std ``z C`` on 
 ``K`` gradients) beside the paper's ``sigma`` (std on the minibatch mean): ``sigma = z C / K``.
 Every factory states its privacy per round (``FederatedAlgorithm.privacy``) so a ledger reports what
 the run actually spent; with-replacement sampling is accounted by the ``"lowy"`` accountant.
+
+References:
+  A. Lowy and M. Razaviyayn. "Private Federated Learning Without a Trusted Server: Optimal Algorithms
+  for Convex Losses." ICLR 2023 (arXiv 2106.09779).
 """
 from __future__ import annotations
 
@@ -229,7 +233,7 @@ def moreau_envelope(loss_fn: Callable, beta: float, *, inner_steps: int = 100, p
     The inner problem is ``beta``-strongly convex; it is solved by ``inner_steps`` projected subgradient
     steps ``v <- Pi_W(v - (grad f(v) + beta (v - w)) / (beta (t + 1)))`` from ``v = w``. The returned loss
     is ``f(v*) + (beta/2)||w - v*||^2`` with ``v*`` held constant, so its gradient is the Moreau identity
-    ``beta (w - prox(w))`` (envelope theorem). Seed 000 flags that ``f_beta`` is ``2L``-Lipschitz when
+    ``beta (w - prox(w))`` (envelope theorem). Lowy & Razaviyayn flags that ``f_beta`` is ``2L``-Lipschitz when
     ``W`` is bounded (Lemma D.7): clip at ``2L`` to keep every per-example gradient (jaxfl clips anyway,
     so the privacy guarantee never depends on this).
     """
@@ -313,7 +317,7 @@ class WindowState(NamedTuple):
 
 
 def window_average(algorithm: FederatedAlgorithm, window: int = 8) -> FederatedAlgorithm:
-    """``algorithm`` reporting the sliding-window average of its iterates (seed 000 §6.4, the authors'
+    """``algorithm`` reporting the sliding-window average of its iterates (Lowy & Razaviyayn §6.4, the authors'
     scripts: "the last 7 iterates plus the new one" for ``window = 8``).
 
     After round ``r`` the reported ``state.params`` is ``mean(w_{max(1, r-window+1)} .. w_r)``, the mean
@@ -355,7 +359,7 @@ def window_average(algorithm: FederatedAlgorithm, window: int = 8) -> FederatedA
 
 
 def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
-    """Seed 000's statement: K draws with replacement, Gaussian, replace-one neighbours ("lowy")."""
+    """Lowy & Razaviyayn's statement: K draws with replacement, Gaussian, replace-one neighbours ("lowy")."""
     return sampled_silo_privacy(local.make_sampler(batch_size=batch_size), noise_multiplier, steps_per_round,
                                 relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
 
@@ -440,7 +444,7 @@ def authors_scripts_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_n
                                   silos_per_round=None, aggregate: str = "sum", clip: str = "batch_mean",
                                   gradient: str = "mean", noise: str = "per_silo", window: int = 8,
                                   name: str | None = None) -> FederatedAlgorithm:
-    """MB-SGD as the authors' experiment scripts run it (seed 000 §6.2--6.4), not as the paper states it.
+    """MB-SGD as the authors' experiment scripts run it (Lowy & Razaviyayn §6.2--6.4), not as the paper states it.
 
     Each participating silo draws ``K = batch_size`` records uniformly with replacement (the sampler and
     keys of :func:`noisy_minibatch_sgd`) and forms its minibatch gradient ``g``:
@@ -558,7 +562,7 @@ def acsa_schedule(rounds: int, *, smoothness: float, noise_std: float, radius: f
     """The single-stage AC-SA schedule ``alpha_r = 2/(r+1)``, ``eta_r = 4 upsilon/(r(r+1))`` with
     ``upsilon = max(2 beta, V sqrt(R(R+1)(R+2)/6) / D)``.
 
-    Seed 000 does not give the convex schedule (digest §7.3 flag 7; it defers to Ghadimi & Lan 2012):
+    Lowy & Razaviyayn does not give the convex schedule (digest §7.3 flag 7; it defers to Ghadimi & Lan 2012):
     this is the stage rule of §3.4 with the noise term balanced against ``||w_0 - w*|| <= D`` instead
     of the stage's loss gap -- an inference, documented as such. ``V``: std bound of the aggregated
     noisy gradient (:func:`gradient_noise_std`)."""
@@ -785,7 +789,7 @@ def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multip
 
     Privacy, both stated per round: each silo's own transcript (ISRL-DP: one with-replacement-sampled
     Gaussian; accountant ``"lowy"``), and the shuffled transcript's central guarantee
-    (:class:`jaxfl.accounting.shuffle_model.ShuffledGaussianDpEvent`, accountant ``"shuffle"``; seed 000
+    (:class:`jaxfl.accounting.shuffle_model.ShuffledGaussianDpEvent`, accountant ``"shuffle"``; Lowy & Razaviyayn
     leaves the constant ``C`` of its sigma unspecified, so jaxfl accounts the chain numerically instead).
     Get both from :func:`jaxfl.engine.driver.make_ledger` (``central=True`` for the second).
     """

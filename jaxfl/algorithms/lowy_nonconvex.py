@@ -1,4 +1,4 @@
-"""Seed 002 (Lowy, Ghafelebashi, Razaviyayn, AISTATS 2023): ISRL-DP and shuffle-DP federated learning
+"""Lowy et al. (Lowy, Ghafelebashi, Razaviyayn, AISTATS 2023): ISRL-DP and shuffle-DP federated learning
 for non-convex composite losses ``f(w, x) = f0(w, x) + f1(w)``.
 
 * :func:`noisy_prox_sgd` -- Alg. 6 (noisy distributed proximal SGD; one pass over disjoint batches,
@@ -36,6 +36,10 @@ this relation) are stated for replace-one neighbours (the paper's relation; acco
 ``"rdp"``/``"pld"`` for one pass and full batches). Rounds of different kinds compose through
 :class:`jaxfl.accounting.events.RoundCycleDpEvent`. The shuffle-model versions take the model's
 ``params=`` (or a template) up front: their P_vec events need its dimension before any ``init``.
+
+References:
+  A. Lowy, A. Ghafelebashi and M. Razaviyayn. "Private Non-Convex Federated Learning Without a Trusted
+  Server." AISTATS 2023 (PMLR 206).
 """
 from __future__ import annotations
 

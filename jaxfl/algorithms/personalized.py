@@ -82,7 +82,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current",
                  chunk: int | None = None,
                  microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
-    """Shared body + per-silo private parameters (FedPer-style joint local training; seed 001's regimes).
+    """Shared body + per-silo private parameters (FedPer-style joint local training; Huang et al.'s regimes).
 
     Every silo's private part starts at the initial params' private leaves. Per round each participant
     runs ``local_steps`` steps of ``client_opt`` (applied to the two parts separately; a mapping
@@ -98,7 +98,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
 
     The split may put every leaf on one side: all private is per-silo training (nothing is sent; the
     server's model never moves), all shared is Local SGD / FedAvg on the whole model (DP-SGD steps with
-    noise). Seed 001's four regimes are this one algorithm with four splits and noise settings.
+    noise). Huang et al.'s four regimes are this one algorithm with four splits and noise settings.
 
     With ``noise_multiplier > 0``, ``noise_on`` says where the Gaussian mechanism acts:
 
@@ -111,7 +111,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
       noise on the shared part only; the private part trains on the plain minibatch gradient and is
       never noised or sent. ``shared_gradient_at`` says where the shared gradient is taken:
 
-      * ``"current"`` (seed 001's experiments): at the silo's own private part. **No privacy is stated**
+      * ``"current"`` (Huang et al.'s experiments): at the silo's own private part. **No privacy is stated**
         (``privacy`` is None and a budget is refused): the private part depends on every record of the
         silo, so one record moves all the other records' shared gradients and per-example clipping does
         not bound the sensitivity (digest §3.1's caveat, which the paper's accounting ignores).

@@ -1,4 +1,4 @@
-"""Proximal operators for composite losses ``f = f0 + f1`` (seed 002, digest §4.10), composable with optax.
+"""Proximal operators for composite losses ``f = f0 + f1`` (Lowy et al., digest §4.10), composable with optax.
 
 A :class:`Prox` computes ``prox_{eta f1}(z) = argmin_y ( eta f1(y) + ||y - z||^2 / 2 )`` on a whole
 parameter pytree (the norms are *global* over all leaves), and evaluates ``f1`` itself::
@@ -7,7 +7,7 @@ parameter pytree (the norms are *global* over all leaves), and evaluates ``f1`` 
     w_next = p(w - eta * g, eta)          # one proximal gradient step (w, g pytrees)
     p.penalty(w_next)                     # f1(w_next) = 0.1 ||w_next||_1
 
-Factories: :func:`identity` (f1 = 0, what seed 002's experiments use), :func:`l1` (soft-thresholding),
+Factories: :func:`identity` (f1 = 0, what Lowy et al.'s experiments use), :func:`l1` (soft-thresholding),
 :func:`l2_squared`, :func:`elastic_net`, :func:`l2_ball` and :func:`box` (indicators: the prox is the
 Euclidean projection and the step size is ignored), and :func:`chain` for the compositions that are
 *exactly* the prox of the sum of the penalties (see its docstring; others raise ``ValueError``).
@@ -98,7 +98,7 @@ def _soft_threshold(x, threshold):
 
 
 def identity() -> Prox:
-    """``f1 = 0``: the prox is the identity (seed 002's experiments; plain gradient steps)."""
+    """``f1 = 0``: the prox is the identity (Lowy et al.'s experiments; plain gradient steps)."""
     return Prox(lambda params, eta: params, lambda params: jnp.zeros(()), "identity", "identity")
 
 
@@ -291,7 +291,7 @@ def proximal(optimizer: optax.GradientTransformation, prox: Prox, step_size: Ste
 
 
 def gradient_mapping(grad_f0: PyTree, params: PyTree, prox: Prox, eta) -> PyTree:
-    """The proximal gradient mapping (seed 002 §2, the non-convex stationarity measure)
+    """The proximal gradient mapping (Lowy et al. §2, the non-convex stationarity measure)
     ``G_eta(w) = (w - prox_{eta f1}(w - eta grad_f0(w))) / eta``, as a pytree like ``params``.
     Equals ``grad_f0`` when ``f1 = 0``. Pass the full-batch gradient of ``F_hat^0`` for the paper's ERM
     measure."""

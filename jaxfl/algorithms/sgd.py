@@ -1,7 +1,7 @@
 """Minibatch SGD and Local SGD (FedAvg), non-private or with per-silo (ISRL-DP) clipping and noise.
 
-Both are the reference algorithms of the engine; the papers' variants (seed 000's noisy MB-SGD and
-noisy Local SGD, seed 002's prox methods, ...) reuse these silo-side blocks and :func:`make_round`.
+Both are the reference algorithms of the engine; the papers' variants (Lowy & Razaviyayn's noisy MB-SGD and
+noisy Local SGD, Lowy et al.'s prox methods, ...) reuse these silo-side blocks and :func:`make_round`.
 """
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
         the default, the silo's own size, is public only under replace-one neighbours.
       clip_norm: per-example global-norm clip ``C`` (``inf``: none). May be traced.
       noise_multiplier: ``z``; the noise std on each silo's clipped sum is ``z C``. May be traced.
-        An array of one ``z_i`` per silo gives per-silo budgets (seed 000's Alg. 7).
+        An array of one ``z_i`` per silo gives per-silo budgets (Lowy & Razaviyayn's Alg. 7).
       silos_per_round: ``None`` (all), an int ``M`` (uniform without replacement), or a
         participation callable from :mod:`jaxfl.engine.participation`.
-      projection: ``params -> params`` applied after each server step (seed 000's ``Pi_W``), e.g.
+      projection: ``params -> params`` applied after each server step (Lowy & Razaviyayn's ``Pi_W``), e.g.
         ``lambda p: optax.projections.projection_l2_ball(p, radius)``. Post-processing: no privacy cost.
       microbatch: each step's clipped sum (or gradient) taken in slices of this many records: ``"auto"``
         (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
@@ -140,7 +140,7 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     (:func:`jaxfl.engine.rounds.make_round`; not with one noise multiplier per silo), instead of all under
     one ``vmap``: the same result to float rounding (the order of the sum over silos). Speed only: on a CPU a
     long local loop of a small model is bound by streaming the vmapped models through the cache at every
-    step, and fewer silos at a time keep them cached (seed 002's MNIST grid: ``docs/performance.md``,
+    step, and fewer silos at a time keep them cached (Lowy et al.'s MNIST grid: ``docs/performance.md``,
     ``lowy_nonconvex_grid``); on a GPU the passes only serialise the work.
 
     Privacy: per round, each silo's transcript composes ``local_steps`` sampled Gaussians, under

@@ -1,4 +1,4 @@
-"""Server-to-client compression by message histories (seed 004, Algs 5 and 6) and exact traffic counts.
+"""Server-to-client compression by message histories (Triastcyn et al., Algs 5 and 6) and exact traffic counts.
 
 Instead of the model, the server sends a client the messages ``(R, k*)`` of every round since the
 client last took part (or, before its first round, the model-initialisation seed ``R'`` and every

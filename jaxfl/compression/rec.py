@@ -1,6 +1,6 @@
 """Relative-entropy coding (REC) of a client update against the prior N(0, sigma^2 I), blockwise.
 
-DP-REC (seed 004, Algs 1-4 and Thm 3): the flattened update ``mu: float32[D]`` is cut into blocks
+DP-REC (Triastcyn et al., Algs 1-4 and Thm 3): the flattened update ``mu: float32[D]`` is cut into blocks
 (:class:`BlockLayout`). For block ``m`` of size ``d_m`` with ``K_m = 2**bits_m`` codebook rows
 ``z_{m,k} ~ N(0, I)`` (:mod:`jaxfl.compression.codebook`, a pure function of the client's seed ``R``),
 the encoder picks
@@ -86,7 +86,7 @@ class BlockLayout:
     @property
     def total_bits(self) -> int:
         """``b_tot = sum_m bits_m``: the index bits of one message, and the ``b`` of the accountant's
-        ``12 / 2**b`` overhead (seed 004, Thm 3 + Alg 7)."""
+        ``12 / 2**b`` overhead (Triastcyn et al., Thm 3 + Alg 7)."""
         return int(sum(self.bits))
 
     def message_bits(self, seed_bits: int = SEED_BITS) -> int:

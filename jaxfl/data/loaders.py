@@ -265,10 +265,10 @@ def insurance_feature_names(encoding: str = "label") -> tuple[str, ...]:
 def load_insurance(*, encoding: str = "label", data_dir: PathLike = None, download: bool = False):
     """Medical insurance charges: ``x: float32[1338, 6]`` (``9`` one-hot), ``y: float32[1338]`` charges.
 
-    Columns (``encoding="label"``, as seed 000's code with ``LabelEncoder``): age, sex (female 0,
+    Columns (``encoding="label"``, as Lowy & Razaviyayn's code with ``LabelEncoder``): age, sex (female 0,
     male 1), bmi, children, smoker (no 0, yes 1), region (northeast 0, northwest 1, southeast 2,
     southwest 3). ``encoding="onehot"`` replaces region by four 0/1 columns
-    (:func:`insurance_feature_names`). No bias column and no standardisation: seed 000 adds a column
+    (:func:`insurance_feature_names`). No bias column and no standardisation: Lowy & Razaviyayn adds a column
     of ones and standardises age and bmi with per-silo training statistics
     (:func:`jaxfl.data.preprocess.standardize` with ``columns=``).
     """
@@ -288,11 +288,11 @@ def load_obesity(*, encoding: str = "label", data_dir: PathLike = None, download
     """UCI obesity levels: ``x: float32[2111, 16]`` (``26`` one-hot), ``y: int32[2111]`` in 0..6.
 
     Features in the file's column order (``Gender, Age, Height, Weight, ..., CALC, MTRANS``); the
-    categorical ones label-encoded as seed 000's code does (``LabelEncoder``: sorted category names,
+    categorical ones label-encoded as Lowy & Razaviyayn's code does (``LabelEncoder``: sorted category names,
     e.g. CAEC Always 0, Frequently 1, Sometimes 2, no 3), or with ``encoding="onehot"`` the
     multi-valued CAEC, CALC, MTRANS expanded to 0/1 columns (:func:`obesity_feature_names`).
     ``y`` indexes :data:`OBESITY_CLASSES` (sorted names, the authors' encoding). No bias column and no
-    standardisation (seed 000 standardises Age, Height, Weight, CH2O, TUE with training statistics).
+    standardisation (Lowy & Razaviyayn standardises Age, Height, Weight, CH2O, TUE with training statistics).
     """
     path = locate("obesity", "csv", data_dir, download=download)
     rows = _read_csv_gz(path, OBESITY_COLUMNS)

@@ -22,7 +22,7 @@ from jaxfl import checks
 from jaxfl.data.federated import FederatedData, from_silos
 
 EVEN_ODD_PAIRS = tuple(itertools.product((0, 2, 4, 6, 8), (1, 3, 5, 7, 9)))
-"""The 25 (even, odd) digit pairs of seed 000/002's MNIST silos, in the authors' order."""
+"""The 25 (even, odd) digit pairs of Lowy & Razaviyayn/002's MNIST silos, in the authors' order."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def one_class_per_silo(x, y, *, classes: Sequence | None = None, max_per_silo: i
                        seed: int | None = None) -> FederatedData:
     """Silo ``i`` holds the records of label ``classes[i]`` (default: every label, sorted).
 
-    Seed 002's CIFAR-10 and WBCD silos and seed 000's obesity silos.
+    Lowy et al.'s CIFAR-10 and WBCD silos and Lowy & Razaviyayn's obesity silos.
 
     Args:
       classes: the label of each silo, in silo order; each must occur in ``y``.
@@ -145,7 +145,7 @@ def one_class_per_silo(x, y, *, classes: Sequence | None = None, max_per_silo: i
 def label_pairs(x, y, *, pairs: Sequence[Sequence] | None = None, per_label: int | None = None,
                 seed: int | None = None, relabel: Callable[[np.ndarray], np.ndarray] | None = None
                 ) -> FederatedData:
-    """One silo per group of labels: seed 000/002's MNIST silos, one per (even, odd) digit pair.
+    """One silo per group of labels: Lowy & Razaviyayn/002's MNIST silos, one per (even, odd) digit pair.
 
     Silo ``i`` holds the selected records of ``pairs[i][0]``, then those of ``pairs[i][1]`` (and so
     on for longer groups). A label's selected records are the same in every silo that uses it (each
@@ -181,7 +181,7 @@ def label_pairs(x, y, *, pairs: Sequence[Sequence] | None = None, per_label: int
 
 
 def sorted_by_target(x, y, num_silos: int, *, rule: str = "ceil") -> FederatedData:
-    """Sorts the records by target and cuts them into contiguous chunks: seed 000's insurance silos.
+    """Sorts the records by target and cuts them into contiguous chunks: Lowy & Razaviyayn's insurance silos.
 
     Silo 0 holds the smallest targets, the last silo the largest. Deterministic (stable sort).
 
@@ -347,7 +347,7 @@ def by_silo_ids(x, y, silo_ids, *, num_silos: int | None = None) -> FederatedDat
 
 def train_test_split_per_silo(fd: FederatedData, test_fraction: float, *, seed: int
                               ) -> tuple[FederatedData, FederatedData]:
-    """Splits every silo's real records into train and test parts (seed 000/002's 80/20 splits).
+    """Splits every silo's real records into train and test parts (Lowy & Razaviyayn/002's 80/20 splits).
 
     Silo ``i`` puts ``ceil(test_fraction * counts[i])`` shuffled records in the test part and the rest
     in the train part (the sizes sklearn's ``train_test_split`` gives: 1548 -> 1238 / 310).
@@ -377,7 +377,7 @@ def train_test_split_per_silo(fd: FederatedData, test_fraction: float, *, seed: 
 
 def choose_silo_classes(num_silos: int, labels: Sequence, classes_per_silo: int, *, seed: int) -> np.ndarray:
     """Each silo's set of ``classes_per_silo`` labels, drawn uniformly without replacement from
-    ``labels`` independently per silo (seed 001's owners hold "at most 8 of the 10 classes").
+    ``labels`` independently per silo (Huang et al.'s owners hold "at most 8 of the 10 classes").
 
     Returns:
       ``[num_silos, classes_per_silo]`` labels, each row sorted; pass it to :func:`class_limited` for the
@@ -393,10 +393,10 @@ def choose_silo_classes(num_silos: int, labels: Sequence, classes_per_silo: int,
 
 
 def class_limited(x, y, silo_classes, *, total: int | None = None, seed: int) -> FederatedData:
-    """Equal-size silos that each hold records of their own few classes only (seed 001's non-IID owners).
+    """Equal-size silos that each hold records of their own few classes only (Huang et al.'s non-IID owners).
 
     ``total`` records are dealt to ``num_silos = len(silo_classes)`` silos as evenly as possible (the first
-    ``total mod num_silos`` silos get ``ceil(total / num_silos)``, the others the floor: seed 001's
+    ``total mod num_silos`` silos get ``ceil(total / num_silos)``, the others the floor: Huang et al.'s
     m = N/n is not an integer for n >= 64). Silo ``i``'s quota is split evenly over its classes
     ``silo_classes[i]`` (remainders to classes in a random order), and each class's quotas are filled by
     drawing that class's records without replacement, so no record goes to two silos. A class whose

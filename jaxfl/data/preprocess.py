@@ -7,7 +7,7 @@ The fitting functions take ``train`` and any number of ``others`` (test sets, ot
     x_train, x_test, fit = pca(x_train, x_test, dim=50)
     x_new = fit.apply(x_new)
 
-Note (seed 000 §6.0): preprocessing fitted on the pooled data is not private; the papers do it
+Note (Lowy & Razaviyayn §6.0): preprocessing fitted on the pooled data is not private; the papers do it
 non-privately and say so.
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ def standardize(train, *others, columns: Sequence[int] | None = None, ddof: int 
 
     Args:
       train: ``[n, *feature_shape]``. others: arrays with the same feature shape.
-      columns: standardise only these columns of 2-D data (seed 000: age and bmi of insurance;
+      columns: standardise only these columns of 2-D data (Lowy & Razaviyayn: age and bmi of insurance;
         Age, Height, Weight, CH2O, TUE of obesity); the rest pass unchanged.
       ddof: ``0`` (sklearn's StandardScaler) or ``1`` (pandas ``.std()``, which the seed-000 code uses).
 
@@ -152,7 +152,7 @@ def minmax_scale(train, *others, feature_range: tuple[float, float] = (0.0, 1.0)
 def pca(train, *others, dim: int):
     """Principal components of ``train`` (numpy SVD), projecting every array onto the top ``dim``.
 
-    Seed 000/002's MNIST preprocessing: ``pca(x_train / 255., dim=50)`` on the flattened 60k images.
+    Lowy & Razaviyayn/002's MNIST preprocessing: ``pca(x_train / 255., dim=50)`` on the flattened 60k images.
     Arrays are flattened to ``[n, d]``. The sign of each component is fixed so that its
     largest-magnitude entry is positive, so the result is deterministic.
 
@@ -194,7 +194,7 @@ def one_hot(y, num_classes: int | None = None, dtype=np.float32) -> np.ndarray:
 
 
 def add_bias_column(x, value: float = 1.0, *, first: bool = True) -> np.ndarray:
-    """``[n, d]`` to ``[n, d + 1]`` with a constant column (first, as seed 000's code, or last)."""
+    """``[n, d]`` to ``[n, d + 1]`` with a constant column (first, as Lowy & Razaviyayn's code, or last)."""
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"add_bias_column needs x: [n, d], got shape {x.shape}")

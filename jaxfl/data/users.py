@@ -1,6 +1,6 @@
 """Users who hold several records: one training "example" per user, for user-level DP.
 
-Seed 001 distinguishes record-level DP (one record per user) from user-level DP (each of an owner's
+Huang et al. distinguishes record-level DP (one record per user) from user-level DP (each of an owner's
 ``r`` users holds ``m / r`` records; neighbouring datasets differ in all records of one user).
 :func:`group_by_user` regroups a silo-major :class:`FederatedData` so that each row is one user's
 ``records_per_user`` records, and :func:`per_user_loss` turns a per-record loss into that user's mean
@@ -24,7 +24,7 @@ def group_by_user(fd: FederatedData, records_per_user: int, *, seed: int | None 
 
     Args:
       fd: ``x: [num_silos, max_records, *feature_shape]``, ``y: [num_silos, max_records, *target_shape]``.
-      records_per_user: ``k``, records per user (``m / r`` in seed 001).
+      records_per_user: ``k``, records per user (``m / r`` in Huang et al.).
       seed: None groups consecutive records (record ``j`` belongs to user ``j // k``); an integer shuffles
         each silo's records first (NumPy, data preparation), so users mix the silo's records at random.
 

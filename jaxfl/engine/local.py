@@ -47,7 +47,7 @@ class Batch(NamedTuple):
 class Sampler(NamedTuple):
     """How a silo picks its minibatch in one local step.
 
-    ``kind`` is ``"with_replacement"`` (``batch_size`` uniform draws, seed 000's sampling; fixed
+    ``kind`` is ``"with_replacement"`` (``batch_size`` uniform draws, Lowy & Razaviyayn's sampling; fixed
     shape, O(batch) work), ``"poisson"`` (each record with probability ``rate``; O(max_records)
     work) or ``"full"`` (all records). What a step's clipped sum is divided by, and with it the neighbouring
     relation the step is private under, is :meth:`denominator` and :attr:`relation`:
@@ -224,7 +224,7 @@ def noisy_and_plain_gradients(loss_fn, noised, plain, x, y, count, silo_key, ste
     clip_norm=inf, noise_multiplier=0, drawn=(drawn[0], None))``: the per-example norms cover ``noised`` only
     (:func:`jaxfl.privacy.clipping.clipped_grad_sum`'s ``unclipped``), so the noisy gradient's sensitivity
     statement is unchanged, and ``drawn`` is :func:`step_draws`'s for ``noised``. The second call's forward
-    pass is the one saved (for seed 001's joint DP, a whole CNN forward per step).
+    pass is the one saved (for Huang et al.'s joint DP, a whole CNN forward per step).
 
     Returns ``((noisy gradient like noised, plain gradient like plain), info)``.
     """

@@ -30,7 +30,7 @@ def all_silos() -> Participation:
 
 
 def uniform(silos_per_round: int) -> Participation:
-    """``silos_per_round`` silos drawn uniformly without replacement (seed 000's ``M_r = M``).
+    """``silos_per_round`` silos drawn uniformly without replacement (Lowy & Razaviyayn's ``M_r = M``).
 
     Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records. The returned
     function's ``max_participants`` attribute (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the

@@ -31,7 +31,7 @@ class RoundPrivacy(NamedTuple):
         so the run costs one round; one-pass algorithms).
       round_limit: the most rounds the statement covers (one-pass: ``floor(n / K)``), or None.
       central: for shuffle-model algorithms, the one event describing what the *shuffled* transcript of a
-        round reveals about any record of the union of the silos (central DP; seed 000 §5), or None.
+        round reveals about any record of the union of the silos (central DP; Lowy & Razaviyayn §5), or None.
     """
 
     events: Sequence[Any]

@@ -101,7 +101,7 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
       update arrives this round in a simulated asynchronous timeline).
 
     ``per_silo`` (optional) is a pytree whose leaves have a leading axis of one entry per silo (e.g.
-    per-silo noise multipliers for per-silo budgets, seed 000's Alg. 7), or a callable
+    per-silo noise multipliers for per-silo budgets, Lowy & Razaviyayn's Alg. 7), or a callable
     ``num_silos -> pytree`` (e.g. ``jnp.arange`` for silo indices); silo ``i``'s slice is passed to
     ``client_fn`` as a sixth argument. Padding silos appended to the data (count 0, e.g. by
     sharding) reuse the last entry; they never take part.

@@ -1,4 +1,4 @@
-"""Seed 004 (DP-REC) studies: ``dprec/mnist`` and ``dprec/femnist-scale``.
+"""Triastcyn et al. (DP-REC) studies: ``dprec/mnist`` and ``dprec/femnist-scale``.
 
 Each trains DP-REC (7 bits per tensor, clients sampled with replacement) against DP-FedAvg (Poisson client
 sampling, central Gaussian noise) at equal epsilon, both accounted by the ``"dprec"`` accountant with the
@@ -42,7 +42,7 @@ from jaxfl.experiments.study import Family, Program, Select, Study, Trial
 from jaxfl.models import nets
 from jaxfl.privacy import keys as keys_lib
 
-PAPER = "Triastcyn, Reisser & Louizos, DP-REC: Private & Communication-Efficient Federated Learning (seed 004)"
+PAPER = "Triastcyn, Reisser & Louizos, DP-REC: Private & Communication-Efficient Federated Learning (Triastcyn et al.)"
 BITS_PER_TENSOR = 7
 REC, FEDAVG = "DP-REC", "DP-FedAvg"
 
@@ -212,7 +212,7 @@ def _study(name, description, *, settings, paper, seeds, quick_note, variants=No
 
 
 MNIST = register(_study(
-    "dprec/mnist", "seed 004 Table 1 MNIST: DP-REC (7 bits/tensor) vs DP-FedAvg at eps 3 and 6, LeNet-5, "
+    "dprec/mnist", "Triastcyn et al. Table 1 MNIST: DP-REC (7 bits/tensor) vs DP-FedAvg at eps 3 and 6, LeNet-5, "
                    "100 clients; accuracy and total GiB",
     settings={"clients": dprec_data.mnist_clients, "module": nets.MnistLeNet5, "client_lr": 0.01, "batch_size": 20,
               "server_opt": lambda: optax.adam(2e-3, b1=0.9, b2=0.999), "prior_std": 0.005, "fedavg_clip": 0.01,
@@ -235,7 +235,7 @@ MNIST = register(_study(
                                                "split: does the sharper skew explain the gap to the paper?"}}}))
 
 FEMNIST_SCALE = register(_study(
-    "dprec/femnist-scale", "seed 004 FEMNIST setting (CNN, hyperparameters) on Fashion-MNIST split over 300 "
+    "dprec/femnist-scale", "Triastcyn et al. FEMNIST setting (CNN, hyperparameters) on Fashion-MNIST split over 300 "
                            "non-iid clients (offline stand-in for FEMNIST)",
     settings={"clients": dprec_data.femnist_scale_clients,
               "module": functools.partial(nets.FemnistCNN, variant="paper", num_classes=10), "client_lr": 0.05,

@@ -1,4 +1,4 @@
-"""Seed 004's privacy numbers (Triastcyn, Reisser & Louizos, DP-REC): ``jaxfl reproduce dprec/epsilon-table``.
+"""Triastcyn et al.'s privacy numbers (Triastcyn, Reisser & Louizos, DP-REC): ``jaxfl reproduce dprec/epsilon-table``.
 
 For every configuration of the paper's Table 1 (MNIST eps = 3, 6; FEMNIST eps = 1, 3, 6; Shakespeare
 eps = 3; StackOverflow eps = 1) with the hyperparameters of App. C.2 (digest §5.4):
@@ -178,7 +178,7 @@ STACKOVERFLOW = next(c for c in CONFIGS if c.task == "StackOverflow")
 TASKS = tuple(dict.fromkeys(c.task for c in CONFIGS))
 
 STUDY = register(Study(
-    name=NAME, description="seed 004 (DP-REC): Alg. 7 epsilon of every Table 1 configuration, local epsilon, "
+    name=NAME, description="Triastcyn et al. (DP-REC): Alg. 7 epsilon of every Table 1 configuration, local epsilon, "
                            "DP-FedAvg baseline epsilon, StackOverflow overhead analysis",
     data=lambda study, t: Trial(None, None, None), evaluate=None, init=None,
     families=(Family("dprec", "DP-REC", _compute, _programs, runner="compute", accountant="dprec"),),
@@ -197,7 +197,7 @@ STUDY = register(Study(
                            + traffic_table(doc["config"]["traffic"]))),
     config={
         "paper": "Triastcyn, Reisser & Louizos, DP-REC: Private & Communication-Efficient Federated Learning "
-                 "(seed 004), Table 1 / App. C.2 / Alg. 7",
+                 "(Triastcyn et al.), Table 1 / App. C.2 / Alg. 7",
         "accounting": "Alg. 7: T*B steps at mixture weight 1/N (clients sampled with replacement), per step twice "
                       "the Poisson-subsampled Gaussian RDP at noise multiplier 1/c (k_hat + m_hat <= 2 k_hat), delta "
                       "overhead 12 T B e^(c^2) / 2^b_tot, classic conversion min over integer lambda in 1..299",

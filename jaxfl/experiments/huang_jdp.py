@@ -1,4 +1,4 @@
-"""Seed 001's studies (Huang et al. 2023, §4): ``jaxfl reproduce huang-jdp/{tuning,table1}-{mnist,fashion-mnist}``.
+"""The studies of Huang et al. 2023 (§4): ``jaxfl reproduce huang-jdp/{tuning,table1}-{mnist,fashion-mnist}``.
 
 Per number of owners ``n`` (one panel each, Table 3's local ``E`` and rounds ``T``), the paper's
 regimes as one algorithm (:func:`jaxfl.algorithms.personalized`) with different partitions of
@@ -67,7 +67,7 @@ from jaxfl.experiments.study import Family, Panel, Program, Select, Study, Trial
 from jaxfl.models import nets
 
 PAPER = ("Huang, Jiang, Liu, Mahdian, Mao & Mirrokni, Learning across Data Owners with Joint Differential Privacy "
-         "(seed 001), §4")
+         "(Huang et al.), §4")
 PER_SILO, NO_DP, FULL, JOINT, STATED = ("Per-silo training", "Collab. without DP", "Collab. w/ full-DP",
                                         "Collab. w/ joint-DP", "Joint-DP, stated (shared grads at initial fc1)")
 TABLE3 = {4: (20, 10), 16: (10, 10), 64: (10, 10), 128: (5, 20), 256: (5, 20), 512: (5, 20)}
@@ -105,7 +105,7 @@ def _images(dataset: str, split: str):
 
 def owners(dataset: str, num_owners: int, *, seed: int, total: int = 10_000, test_total: int = 5_000,
            classes_per_owner: int = CLASSES_PER_OWNER):
-    """Seed 001's owners: ``(train, test, classes)``, :class:`jaxfl.data.FederatedData` over ``num_owners``
+    """Huang et al.'s owners: ``(train, test, classes)``, :class:`jaxfl.data.FederatedData` over ``num_owners``
     silos of ``floor/ceil(total / n)`` training and ``floor/ceil(test_total / n)`` test records, each owner's
     from its own ``classes_per_owner`` classes (``classes: [n, classes_per_owner]``)."""
     classes = choose_silo_classes(num_owners, np.arange(10), classes_per_owner, seed=seed)
@@ -483,7 +483,7 @@ def _tuning_report() -> Report:
 def _tuning(dataset: str) -> Study:
     return Study(
         name=f"huang-jdp/tuning-{dataset}",
-        description=f"seed 001: learning rate of plain SGD for every regime, tuned on the no-DP regime's "
+        description=f"Huang et al.: learning rate of plain SGD for every regime, tuned on the no-DP regime's "
                     f"validation error ({dataset}, n = 16 and 128)",
         data=_trial, data_per_panel=True, families=(_tuning_family(),), evaluate=evaluate, silo_models=True,
         init=lambda seed: nets.init_params(nets.two_head_cnn, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE),
@@ -497,7 +497,7 @@ def _tuning(dataset: str) -> Study:
 def _table1(dataset: str) -> Study:
     return Study(
         name=f"huang-jdp/table1-{dataset}",
-        description=f"seed 001 Table 1 ({dataset}): per-silo, no-DP, full-DP and joint-DP (eps 1) over n owners",
+        description=f"Huang et al. Table 1 ({dataset}): per-silo, no-DP, full-DP and joint-DP (eps 1) over n owners",
         data=_trial, data_per_panel=True, families=_families(tuple(REGIMES.values())), evaluate=evaluate,
         silo_models=True,
         init=lambda seed: nets.init_params(nets.two_head_cnn, jax.random.PRNGKey(seed), nets.IMAGE28_INPUT_SHAPE),
@@ -655,7 +655,7 @@ def _table2_dp_tuned() -> dict:
 
 
 TABLE_2 = register(_variant_study(
-    "huang-jdp/table2", "seed 001 Table 2 (MNIST): which layers are private under joint DP (eps 1), n = 256",
+    "huang-jdp/table2", "Huang et al. Table 2 (MNIST): which layers are private under joint DP (eps 1), n = 256",
     regimes=_table2_regimes(), panels=_panels((256,)), notes=_table2_notes,
     quick_panels=(Panel("n = 4", (("owners", 4),)),),
     config={"panel": "n = 256: Table 2's numbers equal Table 1's n = 256 entries (its caption says 128, digest "
@@ -663,7 +663,7 @@ TABLE_2 = register(_variant_study(
     variants={"dp-tuned": _table2_dp_tuned()}))
 
 TABLE_4 = register(_variant_study(
-    "huang-jdp/table4", "seed 001 Table 4 (MNIST): records per user m/r in {1, 2, 5, 10, 20}, full DP at eps 1 "
+    "huang-jdp/table4", "Huang et al. Table 4 (MNIST): records per user m/r in {1, 2, 5, 10, 20}, full DP at eps 1 "
                         "and joint DP at eps 1, 3, 8, n = 4 and 256 (user level by group privacy)",
     regimes=(dataclasses.replace(REGIMES["full_dp"], epsilons=(1.0,)),
              dataclasses.replace(REGIMES["joint_dp"], epsilons=(1.0, 3.0, 8.0))),
@@ -676,14 +676,14 @@ TABLE_4 = register(_variant_study(
     variants={"dp-tuned": _dp_tuned_variant("mnist")}))
 
 FIGURE_1 = register(_variant_study(
-    "huang-jdp/figure1", "seed 001 Figure 1 (MNIST): full DP vs joint DP over eps in {1, 2, 5, 10, 100}, per n, "
+    "huang-jdp/figure1", "Huang et al. Figure 1 (MNIST): full DP vs joint DP over eps in {1, 2, 5, 10, 100}, per n, "
                          "with per-silo training for reference",
     regimes=(REGIMES["per_silo"], REGIMES["full_dp"], REGIMES["joint_dp"]), panels=_panels(sorted(TABLE3)),
     notes=_figure1_notes, combined=_figure1_notes,  # panels run on several machines or sittings: one table
     settings={"epsilons": (1.0, 2.0, 5.0, 10.0, 100.0)},
     figure=Figure(curves=(Curve(FULL, {"color": "C0", "marker": "o"}), Curve(JOINT, {"color": "C1", "marker": "s"}),
                           Curve(PER_SILO, {"color": "gray", "linestyle": "--"}, line=True)),
-                  title="seed 001 Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy"),
+                  title="Huang et al. Figure 1, {panel}", ylabel="test accuracy", metric="test_accuracy"),
     variants={"dp-tuned": _dp_tuned_variant("mnist")}))
 
 # ------------------------------------------------------------------------------------------------
@@ -724,7 +724,7 @@ def _noise_columns(label: str) -> tuple:
 
 
 NOISE = register(Study(
-    name="huang-jdp/noise", description="seed 001: the DP-SGD noise Table 1's setting implies at eps 1 (clip 15, "
+    name="huang-jdp/noise", description="Huang et al.: the DP-SGD noise Table 1's setting implies at eps 1 (clip 15, "
                                         "delta 1e-4), per n and reading of E; computed, no training",
     data=lambda study, t, panel=None: Trial(None, None, DELTA), data_per_panel=True, evaluate=None, init=None,
     families=tuple(Family(unit, label, _noise_row, _noise_programs(unit), runner="compute", accountant="rdp")
@@ -825,7 +825,7 @@ def _dp_learning_rate() -> Study:
             "config": {"note": "n = 128 only"}}
     return dataclasses.replace(
         base, name="huang-jdp/dp-learning-rate",
-        description="seed 001 (MNIST, n = 4, 16 and 64; variants fashion-mnist, low-rates, "
+        description="Huang et al. (MNIST, n = 4, 16 and 64; variants fashion-mnist, low-rates, "
                     "fashion-mnist-low-rates, fashion-mnist-n128): validation accuracy of the full-DP and joint-DP "
                     "regimes at eps 1 over learning rates; a diagnostic of Table 1's DP rows, not its tuning procedure",
         families=families, panels=_panels((4, 16, 64)), report=report(DP_RATES),

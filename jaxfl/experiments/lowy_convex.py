@@ -1,4 +1,4 @@
-"""Seed 000's studies (Lowy & Razaviyayn, App. I): ``jaxfl reproduce lowy-convex/{mnist,insurance,obesity}``.
+"""Lowy & Razaviyayn's studies (Lowy & Razaviyayn, App. I): ``jaxfl reproduce lowy-convex/{mnist,insurance,obesity}``.
 
 Figures 4-6 of the paper: test error against epsilon for ISRL-DP MB-SGD (the paper's Alg. 2), ISRL-DP
 Local SGD (noisy FedAvg) and their non-private versions, all built with the library's own
@@ -42,7 +42,7 @@ from jaxfl.experiments.report import Column, Curve, Figure, Report, Table
 from jaxfl.experiments.study import (Family, Panel, Program, Study, Trial, exp_grid, scaled,
                                     train_loss_and_test_error)
 
-PAPER = "Lowy & Razaviyayn, Private Federated Learning Without a Trusted Server (seed 000), App. I"
+PAPER = "Lowy & Razaviyayn, Private Federated Learning Without a Trusted Server (Lowy & Razaviyayn), App. I"
 MB, LOCAL = "ISRL-DP MB-SGD", "ISRL-DP Local SGD"
 NP_MB, NP_LOCAL = "MB-SGD (non-private)", "Local SGD (non-private)"
 
@@ -162,7 +162,8 @@ def _report(title: str, metric: str, bands: bool = True) -> Report:
 
 def _study(name, description, *, dataset, metric, title, settings, params, quick, trials, seed_base, final=None,
            panels=(25,), bands=True, variants=None, configs_per_batch=None, notes=()):
-    """A seed-000 study; ``params``: the initial model (w_0 = 0, the same for every run)."""
+    """A study of Lowy & Razaviyayn's convex ISRL-DP paper; ``params``: the initial model (w_0 = 0, the same
+    for every run)."""
     settings = {"loss": None, "error": None, "clips": None, "scripts": (), "data_options": {}, **settings}
     k, r = settings["batch_size"], settings["rounds"]
     return Study(
@@ -188,7 +189,8 @@ MNIST_N = 2 * D.MNIST_PER_LABEL - math.ceil(D.TEST_FRACTION * 2 * D.MNIST_PER_LA
 MNIST_QUICK_N = 2 * 100 - math.ceil(D.TEST_FRACTION * 200)                                 # 160
 
 MNIST = register(_study(
-    "lowy-convex/mnist", "seed 000 Fig. 4: ISRL-DP vs non-private MB-SGD / Local SGD, MNIST odd-even, 25 silos",
+    "lowy-convex/mnist", "Lowy & Razaviyayn Fig. 4: ISRL-DP vs non-private MB-SGD / Local SGD, MNIST odd-even, "
+    "25 silos",
     dataset="mnist", metric="misclassification", title="MNIST odd/even logistic regression (N = 25)",
     settings={"trial_data": D.mnist_trial, "epsilons": (0.75, 1.5, 3.0, 6.0, 12.0, 18.0), "rounds": 35,
               "batch_size": batch_experiment(MNIST_N, 35, 18.0), "mbsgd_steps": exp_grid(-6, 0, 10),
@@ -213,7 +215,7 @@ INSURANCE_SCRIPTS = {"settings": {"scripts": (("aggregate", "sum"), ("clip", "ba
                                                "last 8 iterates (no guarantee stated: epsilon_spent inf)"}}
 
 INSURANCE = register(_study(
-    "lowy-convex/insurance", "seed 000 Fig. 5: ISRL-DP linear regression, insurance charges, 10 sorted silos",
+    "lowy-convex/insurance", "Lowy & Razaviyayn Fig. 5: ISRL-DP linear regression, insurance charges, 10 sorted silos",
     dataset="insurance", metric="relative RMSE", title="Insurance linear regression (N = 10)",
     settings={"trial_data": D.insurance_trial, "epsilons": (0.125, 0.25, 0.5, 1.0, 2.0, 3.0), "rounds": 35,
               "batch_size": INSURANCE_K, "mbsgd_steps": exp_grid(-8, 1, 10), "local_steps": exp_grid(-10, 0, 10),
@@ -237,7 +239,7 @@ OBESITY_SCRIPTS = {"settings": {"scripts": (("aggregate", "mean"), ("clip", "per
                                              "of the last 8 iterates (no guarantee stated: epsilon_spent inf)"}}
 
 OBESITY = register(_study(
-    "lowy-convex/obesity", "seed 000 Fig. 6: ISRL-DP softmax regression, obesity levels, 7 one-class silos",
+    "lowy-convex/obesity", "Lowy & Razaviyayn Fig. 6: ISRL-DP softmax regression, obesity levels, 7 one-class silos",
     dataset="obesity", metric="misclassification", title="Obesity softmax regression (N = 7)",
     settings={"trial_data": D.obesity_trial, "epsilons": (0.5, 1.0, 3.0, 6.0, 9.0), "rounds": 100, "batch_size": 30,
               "mbsgd_steps": exp_grid(-7, -1, 8), "local_steps": OBESITY_LOCAL_STEPS, "loss": D.softmax_loss,

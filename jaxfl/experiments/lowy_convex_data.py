@@ -1,4 +1,4 @@
-"""Seed 000's three experimental datasets, silo-major, as the paper's App. I builds them.
+"""Lowy & Razaviyayn's three experimental datasets, silo-major, as the paper's App. I builds them.
 
 Each ``*_trial(trial, ...)`` returns a :class:`TrialData` for one trial (a fresh random split; the
 host randomness is data preparation, seeded by the trial number, never privacy noise):

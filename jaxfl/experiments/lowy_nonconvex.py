@@ -1,4 +1,4 @@
-"""Seed 002's studies (Lowy, Ghafelebashi & Razaviyayn, §4 / App. H):
+"""Lowy et al.'s studies (Lowy, Ghafelebashi & Razaviyayn, §4 / App. H):
 ``jaxfl reproduce lowy-nonconvex/{mnist,cifar10,wbcd}``.
 
 Figures 4-10 of the paper: test error against epsilon for ISRL-DP SPIDER (per epsilon the better, by
@@ -42,7 +42,7 @@ from jaxfl.models import nets
 import optax
 
 PAPER = ("Lowy, Ghafelebashi & Razaviyayn, Private Non-Convex Federated Learning Without a Trusted Server "
-         "(seed 002), §4 / App. H")
+         "(Lowy et al.), §4 / App. H")
 SPIDER, MB, LOCAL = "ISRL-DP SPIDER", "ISRL-DP MB-SGD", "ISRL-DP Local SGD"
 ALG3, ALG11 = "ISRL-DP FedProx-SPIDER (Alg. 3)", "ISRL-DP Alt Fed-SPIDER (Alg. 11)"
 NP_MB, NP_LOCAL = "MB-SGD (non-private)", "Local SGD (non-private)"
@@ -209,7 +209,7 @@ MLP_NOTE = "MLP 50-64-1 without dropout (one logit; the authors: 50-64-2 with Dr
 MNIST_GRID = exp_grid(-9, 0, 5)
 
 MNIST = register(_study(
-    "lowy-nonconvex/mnist", "seed 002 Figs. 4, 5, 9, 10: ISRL-DP SPIDER vs MB-SGD / Local SGD, MNIST MLP, "
+    "lowy-nonconvex/mnist", "Lowy et al. Figs. 4, 5, 9, 10: ISRL-DP SPIDER vs MB-SGD / Local SGD, MNIST MLP, "
                             "25 digit-pair silos",
     title="MNIST odd/even MLP (N = 25)",
     settings={"trial_data": D.mnist_trial, "model": (nets.MnistMLP(), nets.MNIST_INPUT_SHAPE),
@@ -245,7 +245,7 @@ MNIST = register(_study(
 CIFAR_SPIDER = lambda r: exp_grid(-5, 0, 12) if r == 50 else exp_grid(-5, 1, 8)   # noqa: E731
 
 CIFAR10 = register(_study(
-    "lowy-nonconvex/cifar10", "seed 002 Figs. 6, 7: ISRL-DP SPIDER vs baselines, CIFAR-10 LeNet, 10 one-class "
+    "lowy-nonconvex/cifar10", "Lowy et al. Figs. 6, 7: ISRL-DP SPIDER vs baselines, CIFAR-10 LeNet, 10 one-class "
                               "silos (offline subset)",
     title="CIFAR-10 LeNet (N = 10, offline subset)",
     settings={"trial_data": D.cifar10_trial, "model": (nets.CifarCNN(), nets.CIFAR_INPUT_SHAPE),
@@ -270,7 +270,7 @@ WBCD_NOTE = ("every training record kept (169 malignant, 285 benign); the author
              "replacement to int(q * min class count)")
 
 WBCD = register(_study(
-    "lowy-nonconvex/wbcd", "seed 002 Fig. 8: ISRL-DP SPIDER vs baselines, breast cancer MLP, 2 one-class silos",
+    "lowy-nonconvex/wbcd", "Lowy et al. Fig. 8: ISRL-DP SPIDER vs baselines, breast cancer MLP, 2 one-class silos",
     title="WBCD MLP (N = 2)",
     settings={"trial_data": D.wbcd_trial, "model": (nets.WbcdMLP(), nets.WBCD_INPUT_SHAPE), "loss": nets.wbcd_loss,
               "error": nets.wbcd_error, "epsilons": (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0),

@@ -1,11 +1,11 @@
-"""Seed 002's three experimental datasets (Lowy et al., non-convex ISRL-DP FL, Section 4 / App. H).
+"""Lowy et al.'s three experimental datasets (Lowy et al., non-convex ISRL-DP FL, Section 4 / App. H).
 
 Each ``*_trial(trial, ...)`` returns a :class:`~jaxfl.experiments.lowy_convex_data.TrialData` for
 one trial (the host randomness is data preparation seeded by the trial number, never privacy noise).
 ``lipschitz`` is always None: the non-convex experiments clip per-example gradients at a tuned
 threshold ``L``. ``deltas`` are ``1 / n_i^2`` with ``n_i`` the silo's training count.
 
-* **MNIST** (§6.1): exactly seed 000's silos — 25 (even, odd) digit-pair silos, 774 images per
+* **MNIST** (§6.1): exactly Lowy & Razaviyayn's silos — 25 (even, odd) digit-pair silos, 774 images per
   digit, PCA-50 of pixels / 255 fitted on the 60 000 training images, 80/20 split per silo
   (1238 / 310 records), label 1 = even.
 * **CIFAR-10** (§6.2): 10 one-class silos. ``source="subset"`` (offline, ``shared/data``): the
@@ -52,7 +52,7 @@ def _host(fd: FederatedData) -> FederatedData:
 
 
 def mnist_trial(trial: int, *, per_label: int = MNIST_PER_LABEL, pca_fit_records: int | None = None) -> TrialData:
-    """Trial ``trial`` of the MNIST experiment: seed 000's 25 digit-pair silos (1238 training and 310
+    """Trial ``trial`` of the MNIST experiment: Lowy & Razaviyayn's 25 digit-pair silos (1238 training and 310
     test records each, label 1 = even, PCA-50 features), ``lipschitz=None``.
 
     ``pca_fit_records`` fits the PCA on the first that many training images (quick forms, tests);

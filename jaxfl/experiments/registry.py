@@ -27,10 +27,10 @@ _EXPERIMENT_MODULES = ["jaxfl.experiments.demo", "jaxfl.experiments.lowy_convex"
 
 BENCHMARKS: dict[str, str] = {
     "engine_vs_loop": "jaxfl engine vs NumPy vectorized over silos and minibatch "
-                      "(and the silo loop), seed 000 MNIST shape",
-    "lowy_convex_grid": "seed 000's whole MNIST grid (8,400 runs) as vmapped programs vs NumPy "
+                      "(and the silo loop), Lowy & Razaviyayn MNIST shape",
+    "lowy_convex_grid": "Lowy & Razaviyayn's whole MNIST grid (8,400 runs) as vmapped programs vs NumPy "
                         "silo-vectorised and looped (and the authors' loop)",
-    "lowy_nonconvex_grid": "seed 002's MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs "
+    "lowy_nonconvex_grid": "Lowy et al.'s MNIST grid (SPIDER, MB-SGD, Local SGD; MLP) as vmapped programs vs "
                            "one run at a time",
     "rec_kernel": "DP-REC's fused REC encoder vs bare jax.random.normal and a materializing encoder (time, memory)",
     "scaling": "round time against silos (8..4096), model size and forced host devices (equal results); PNG plot",
@@ -43,9 +43,9 @@ BENCHMARKS: dict[str, str] = {
                           "ghost clipping",
     "pinned_runs": "a study's independent runs one per core (pinned) vs one after the other on all cores: "
                    "rounds/s of dprec/mnist",
-    "async_clients": "seed 003's asynchronous protocol with 16..4096 simulated clients: compiled slices vs "
+    "async_clients": "van Dijk et al.'s asynchronous protocol with 16..4096 simulated clients: compiled slices vs "
                      "NumPy on the same timeline",
-    "joint_dp_step": "seed 001's joint-DP round (TwoHeadCNN, fc1 private) vs the same round in PyTorch (Opacus "
+    "joint_dp_step": "Huang et al.'s joint-DP round (TwoHeadCNN, fc1 private) vs the same round in PyTorch (Opacus "
                      "hooks, torch.func), and in one forward pass vs two",
     "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine "
                "(no timing)",

@@ -161,7 +161,7 @@ class Study:
     Attributes:
       name, description: ``jaxfl reproduce NAME`` and its one-line description.
       data: ``(study, trial index) -> Trial``, or ``(study, trial index, panel) -> Trial`` with
-        ``data_per_panel`` (panels that differ in their data, e.g. seed 001's number of owners).
+        ``data_per_panel`` (panels that differ in their data, e.g. Huang et al.'s number of owners).
       families, panels, select, combine: what runs and what is reported.
       evaluate: ``(params, eval_data) -> dict of scalars`` (traced for sweeps; host for train runs).
       init: ``seed -> initial params``; sweeps use ``init(init_seed)``, train runs ``init(seed)`` unless
@@ -538,7 +538,7 @@ def compare_parts(a: str | os.PathLike, b: str | os.PathLike, metric: str = "tes
 
 def _without_unused_params(study: Study, out: SweepResult) -> SweepResult:
     """``out`` without its final parameters when the study does not use them (no ``final``): a stored part
-    then holds metrics, infos and epsilons only (~0.2 MB instead of ~5 MB for seed 002's MNIST grids, small
+    then holds metrics, infos and epsilons only (~0.2 MB instead of ~5 MB for Lowy et al.'s MNIST grids, small
     enough to commit a long study's finished parts and resume it in a later sitting)."""
     return out if study.final is not None else out._replace(params=None)
 

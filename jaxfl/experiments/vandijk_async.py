@@ -1,4 +1,4 @@
-"""Seed 003's studies (van Dijk et al. 2020, App. E): ``jaxfl reproduce vandijk-async/{table3, sampling, dp}``.
+"""van Dijk et al.'s studies (van Dijk et al. 2020, App. E): ``jaxfl reproduce vandijk-async/{table3, sampling, dp}``.
 
 Every run is :func:`jaxfl.algorithms.async_sgd` on a simulated timeline
 (:func:`jaxfl.algorithms.async_timeline.simulate`): ``n`` clients, single-record SGD steps on records drawn
@@ -42,7 +42,7 @@ from jaxfl.models import nets
 from jaxfl.models.linear import init_linear, linear, logistic_loss
 
 PAPER = ("van Dijk, Nguyen, Nguyen, Nguyen, Tran-Dinh & Nguyen, Asynchronous Federated Learning with Reduced "
-         "Number of Rounds and with Differential Privacy from Less Aggregated Gaussian Noise (seed 003), App. E")
+         "Number of Rounds and with Differential Privacy from Less Aggregated Gaussian Noise (van Dijk et al.), App. E")
 TABLE3_SIZES = (50, 100, 200, 500, 700, 1000)
 TABLE3 = {  # problem -> accuracy per sample size (Table 3)
     "a9a-strong": (0.8418, 0.8443, 0.8386, 0.8333, 0.8298, 0.7271),
@@ -287,7 +287,7 @@ def _table3_notes(doc: dict) -> str:
 def _table3(name: str, problems: tuple, init, quick_problem: str, note: str) -> Study:
     return Study(
         name=name,
-        description=f"seed 003 Table 3 ({note}): asynchronous FL with constant sample sizes, 20,000 iterations "
+        description=f"van Dijk et al. Table 3 ({note}): asynchronous FL with constant sample sizes, 20,000 iterations "
                     "over 5 clients, eta 0.0025",
         data=_trial, data_per_panel=True,
         families=(Family("async", "async SGD", _build, _table3_programs, accountant=None,
@@ -452,7 +452,7 @@ def _diminishing(dataset: str, convexities=("strong", "plain"), init=None, figur
     first = f"{dataset}-{convexities[0]}"
     return Study(
         name=f"vandijk-async/{'step-sizes' if step_sizes else 'diminishing'}-{dataset}",
-        description=f"seed 003 E.2.3 ({figures}) on {dataset}: " + (
+        description=f"van Dijk et al. E.2.3 ({figures}) on {dataset}: " + (
             "constant step sizes 0.01 and 0.005 against diminishing ones from eta_0 = 0.1, all with increasing "
             "sample sizes" if step_sizes else
             "constant step and sample size (20 rounds) against diminishing steps with increasing sample sizes "
@@ -466,7 +466,7 @@ def _diminishing(dataset: str, convexities=("strong", "plain"), init=None, figur
                                   references=labels, reference_value="mean_std"),
                       header="{name}, {panel}: {trials} trial(s) ({form} form)",
                       notes=_step_size_notes if step_sizes else _diminishing_notes,
-                      rounds_figure=_rounds_figure(labels, f"seed 003 {figures} ({{panel}})")),
+                      rounds_figure=_rounds_figure(labels, f"van Dijk et al. {figures} ({{panel}})")),
         panels=tuple(Panel(PROBLEMS[f"{dataset}-{c}"], (("problem", f"{dataset}-{c}"),)) for c in convexities),
         select=Select(score=None), trials=3, seed=lambda trial, panel, rep: trial,
         settings={"clients": 5, "diminishing": DIMINISHING, "test_records": None,
@@ -536,8 +536,9 @@ def _sampling_study(dataset: str, figure: str, init) -> Study:
     methods = tuple(f"50 i^{c:g}" for c in SAMPLING["exponents"]) + ("50 i / ln i",)
     return Study(
         name=f"vandijk-async/sampling-{dataset}",
-        description=f"seed 003 E.2.2 ({figure}): rounds and accuracy by sample-size method (50 i^c, 50 i / ln i) on "
-                    f"{dataset}" + ("; fetched from UCI where a network exists" if dataset == "covtype" else ""),
+        description=f"van Dijk et al. E.2.2 ({figure}): rounds and accuracy by sample-size method "
+                    f"(50 i^c, 50 i / ln i) on {dataset}"
+                    + ("; fetched from UCI where a network exists" if dataset == "covtype" else ""),
         data=_trial, data_per_panel=True,
         families=(Family("async", "async SGD", _build, _sampling_programs, accountant=None,
                          describe=lambda study, panel, trial, program, row: {"algorithm": row["method"]}),),
@@ -545,7 +546,7 @@ def _sampling_study(dataset: str, figure: str, init) -> Study:
         report=Report(table=Table(columns=(), metric="test_accuracy", metric_name="test accuracy", digits=4,
                                   references=methods, reference_value="mean_std"),
                       header="{name}, {panel}: {trials} trial(s) ({form} form)", notes=_sampling_notes(figure),
-                      rounds_figure=_rounds_figure(methods, f"seed 003 {figure} ({{panel}})")),
+                      rounds_figure=_rounds_figure(methods, f"van Dijk et al. {figure} ({{panel}})")),
         panels=tuple(Panel(PROBLEMS[f"{dataset}-{c}"], (("problem", f"{dataset}-{c}"),)) for c in ("strong", "plain")),
         select=Select(score=None), trials=3, seed=lambda trial, panel, rep: trial,
         settings={"clients": 5, "sampling": SAMPLING, "test_records": None},
@@ -597,7 +598,8 @@ def _biased(name: str, problems: tuple, clients: int, groups: tuple, iterations:
     panels = tuple(Panel(f"{PROBLEMS[p]}, {split}", (("problem", p), ("split", split)))
                    for p in problems for split in ("biased", "unbiased"))
     return Study(
-        name=name, description=f"seed 003 E.2.4 ({note}): biased (each client its own digits) against unbiased clients",
+        name=name, description=f"van Dijk et al. E.2.4 ({note}): biased (each client its own digits) against "
+                                "unbiased clients",
         data=_trial, data_per_panel=True,
         families=(Family("async", "async SGD", _build, _biased_programs, accountant=None,
                          describe=lambda study, panel, trial, program, row: {"algorithm": row["split"]}),),
@@ -738,7 +740,7 @@ def _dp_study(name: str, problems: tuple, init, description: str, settings: dict
                       header="{name}, {panel}: test accuracy, {trials} trial(s) ({form} form); first column: "
                              "increasing s", notes=_dp_notes,
                       rounds_figure=_rounds_figure(_dp_names()[0] + _dp_names()[1],
-                                                   "seed 003 Fig. " + ("13" if problems[0].startswith("mnist")
+                                                   "van Dijk et al. Fig. " + ("13" if problems[0].startswith("mnist")
                                                                        else "1b / 12") + " ({panel})")),
         panels=tuple(Panel(PROBLEMS[p], (("problem", p),)) for p in problems), select=Select(score=None),
         trials=trials, seed=lambda trial, panel, rep: trial,
@@ -761,12 +763,12 @@ def _dp_family(accountant) -> Family:
 
 DP_STUDY = register(_dp_study(
     "vandijk-async/dp", ("w8a-strong", "w8a-plain"), lambda seed: init_linear(loaders.LIBSVM_FEATURES["w8a"]),
-    "seed 003 Fig. 12 / 1b: DP asynchronous FL on w8a, increasing sample sizes (Example 3) against constant s = 16 "
-    "at the same sigma 8, C 0.1, K = 25,000 per client", {}, "strongly convex only", trials=3))
+    "van Dijk et al. Fig. 12 / 1b: DP asynchronous FL on w8a, increasing sample sizes (Example 3) against constant "
+    "s = 16 at the same sigma 8, C 0.1, K = 25,000 per client", {}, "strongly convex only", trials=3))
 DP_MNIST_STUDY = register(_dp_study(
     "vandijk-async/dp-mnist", ("mnist-nonconvex",), _lenet_init,
-    "seed 003 Fig. 13: DP asynchronous FL on MNIST (LeNet-5), increasing sample sizes (Example 3) against constant "
-    "s = 16 at the same sigma 8, C 0.1, K = 25,000 per client, N_c = 10,000", {"records_per_client": 10_000},
+    "van Dijk et al. Fig. 13: DP asynchronous FL on MNIST (LeNet-5), increasing sample sizes (Example 3) against "
+    "constant s = 16 at the same sigma 8, C 0.1, K = 25,000 per client, N_c = 10,000", {"records_per_client": 10_000},
     "LeNet-5", trials=2))
 
 
@@ -812,7 +814,7 @@ EXAMPLE_COLUMNS = (Column("T (ours)", "selection", "metric:rounds", fmt="{:.0f}"
 
 EXAMPLES_STUDY = register(Study(
     name="vandijk-async/examples",
-    description="seed 003 App. D.3.2 Examples 1-5: the parameter selection beside the paper's numbers, and the "
+    description="van Dijk et al. App. D.3.2 Examples 1-5: the parameter selection beside the paper's numbers, and the "
                 "direct moments and tight epsilons of the same rounds; computed, no training",
     data=lambda study, t, panel=None: Trial(None, None, None), data_per_panel=True, evaluate=None, init=None,
     families=(Family("selection", "selection", _example_row,

@@ -1,4 +1,4 @@
-"""Seed 002's three non-convex models (flax.linen) and their per-example losses.
+"""Lowy et al.'s three non-convex models (flax.linen) and their per-example losses.
 
 * :class:`MnistMLP` — ``Dense(64) -> ReLU -> Dense(1)`` on PCA-50 MNIST features, one logit for
   the even (1) / odd (0) task. The authors' ``Nets.py`` had ``Linear(50, 64) -> Dropout(0.5) ->
@@ -184,7 +184,7 @@ wbcd_error = binary_error(wbcd_mlp)
 
 
 # ------------------------------------------------------------------------------------------------
-# Seed 004 (DP-REC): the MNIST and FEMNIST CNNs and the per-tensor block list
+# Triastcyn et al. (DP-REC): the MNIST and FEMNIST CNNs and the per-tensor block list
 #
 # DP-REC encodes one block per parameter tensor (7 bits each), and its privacy accounting uses
 # ``b_total = 7 * number of tensors``; :func:`param_blocks` lists the tensors in a fixed order.
@@ -197,7 +197,7 @@ MNIST_CLASSES = 10
 FEMNIST_CLASSES = 62
 LENET5_PARAMS = 582_026
 class ClassicLeNet5(nn.Module):
-    """The classic LeNet-5 for seed 003's non-convex runs (the paper names "LeNet-5" and gives no
+    """The classic LeNet-5 for van Dijk et al.'s non-convex runs (the paper names "LeNet-5" and gives no
     architecture; digest §9.2): ``x: [n, 28, 28, 1]`` -> ``[n, 10]``. ``Conv(6, 5x5, pad 2) -> act -> pool 2x2
     -> Conv(16, 5x5) -> act -> pool 2x2 -> flatten (5*5*16 = 400) -> Dense 120 -> act -> Dense 84 -> act ->
     Dense 10``, 61,706 parameters. ``activation``: ``"relu"`` or ``"tanh"``; ``pool``: ``"max"`` or
@@ -337,7 +337,7 @@ femnist_error = multiclass_error(femnist_cnn)
 
 
 # ------------------------------------------------------------------------------------------------
-# Seed 001 (joint DP): a two-conv CNN with two parallel heads whose logits are averaged
+# Huang et al. (joint DP): a two-conv CNN with two parallel heads whose logits are averaged
 
 
 class _Head(nn.Module):
@@ -355,7 +355,7 @@ class _Head(nn.Module):
 
 
 class TwoHeadCNN(nn.Module):
-    """Seed 001's MNIST / Fashion-MNIST network: ``x: [n, 28, 28, 1]`` -> logits ``[n, 10]``.
+    """Huang et al.'s MNIST / Fashion-MNIST network: ``x: [n, 28, 28, 1]`` -> logits ``[n, 10]``.
 
     ``Conv(16, 5x5, pad 2) -> ReLU -> MaxPool 2x2 -> Conv(32, 5x5, pad 2) -> ReLU -> MaxPool 2x2 ->
     flatten (7*7*32 = 1568)``, then two parallel heads ``fc1`` and ``fc2`` whose logits are averaged

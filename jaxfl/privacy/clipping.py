@@ -106,7 +106,7 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
       unclipped: None (default), or a pytree prefix of ``params`` with ``bool`` leaves: the parameters it
         marks ``True`` get the plain masked sum ``sum_j mask_j g_j`` (their leaves of ``value``) and are left
         out of every per-example norm, so the clipping, ``sensitivity`` and ``num_clipped`` concern the other
-        parameters only. For parameters that are never released (seed 001's owner-private layers, see
+        parameters only. For parameters that are never released (Huang et al.'s owner-private layers, see
         :func:`jaxfl.algorithms.personalized`): both sums from one forward pass instead of two.
     """
     if method not in ("auto", "explicit"):
@@ -200,7 +200,7 @@ def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_
     # sum_j w_j g_j is the gradient of sum_j w_j f(params, x_j, y_j) with the w_j held fixed: one batched
     # backward pass. The per-example gradients then feed only their norms, so XLA fuses them into the
     # norm reduction instead of materializing [batch, *params] (twice, in two layouts, under vmap):
-    # 4x faster for seed 000's logistic MB-SGD grid, 17x for a 784-256-10 MLP, even for a small CNN.
+    # 4x faster for Lowy & Razaviyayn's logistic MB-SGD grid, 17x for a 784-256-10 MLP, even for a small CNN.
     total = jax.grad(lambda p: jnp.sum(weights * jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x, y)))(params)
     return ClippedSum(
         value=total,

@@ -1,5 +1,5 @@
 """Private mean estimation for concentrated vectors: the winsorised mean of Levy et al. (2021), "Learning
-with User-Level Privacy" (NeurIPS), which seed 001's A_NSSGD (Appendix B, Thm B.3) uses without stating.
+with User-Level Privacy" (NeurIPS), which Huang et al.'s A_NSSGD (Appendix B, Thm B.3) uses without stating.
 
 Input: ``r`` vectors ``X_1 .. X_r`` in ``R^d`` (one per user, e.g. per-user mean gradients), each of norm at
 most ``bound``, and a concentration radius ``tau``: the vectors are ``(tau, gamma)``-concentrated when some
@@ -22,7 +22,7 @@ point lies within ``tau`` of all of them with probability ``1 - gamma`` (Def. B.
 
 Privacy: two Gaussian mechanisms on replace-one neighbouring user sets (:func:`winsorized_mean_event`);
 :func:`calibrate_winsorized_mean` finds the one noise multiplier both use for a budget. Utility (Levy et al.
-Thm 3 / seed 001 Thm B.3): with probability ``1 - gamma - beta`` no concentrated value is clipped, the
+Thm 3 / Huang et al. Thm B.3): with probability ``1 - gamma - beta`` no concentrated value is clipped, the
 estimate is then the mean plus Gaussian noise of variance ``sigma_m^2 / r^2`` per coordinate, i.e. ``O(d
 tau^2 log(d r / gamma) log(1/delta) / (r^2 eps^2))`` in total, where ``beta`` is the chance that noise moves
 a centre to a bin without the mass (small when ``r >> sigma_h``).

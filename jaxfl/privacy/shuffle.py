@@ -1,8 +1,8 @@
-"""The shuffle model of seed 000: binomial vector summation (P_vec / P_1D) and amplification by shuffling.
+"""The shuffle model of Lowy & Razaviyayn: binomial vector summation (P_vec / P_1D) and amplification by shuffling.
 
-Two shuffle-DP tools that seed 000 (Lowy & Razaviyayn) uses without a trusted server:
+Two shuffle-DP tools that Lowy & Razaviyayn (2023) use without a trusted server:
 
-* **P_vec** (seed 000 Algorithms 4-5, App. G.2, after Cheu, Joseph, Mao, Peng, "Shuffle private stochastic
+* **P_vec** (Lowy & Razaviyayn Algorithms 4-5, App. G.2, after Cheu, Joseph, Mao, Peng, "Shuffle private stochastic
   convex optimization", arXiv 2106.09805 / ICLR 2022). Each user shifts every coordinate of its vector
   ``x`` (``||x||_2 <= L``) into ``[0, 2L]``, rounds it without bias onto a grid of ``g`` steps, adds
   ``Binomial(b, p)`` noise bits and sends, per coordinate, ``g + b`` labelled bits. The shuffler mixes the
@@ -11,7 +11,7 @@ Two shuffle-DP tools that seed 000 (Lowy & Razaviyayn) uses without a trusted se
   and :func:`variance_bound` give its exact and worst-case error, :func:`shuffled_epsilon` and
   :func:`local_epsilon` what it certifies, :func:`pvec_parameters` picks ``(g, b, p)`` for a target.
 * **Amplification by shuffling** (:func:`amplify_by_shuffling`) of ``(eps0, delta0)``-DP local
-  randomizers, for seed 000's Shuffled Noisy MB-SGD (Thm 5.1), after Feldman, McMillan, Talwar,
+  randomizers, for Lowy & Razaviyayn's Shuffled Noisy MB-SGD (Thm 5.1), after Feldman, McMillan, Talwar,
   "Hiding among the clones" (FOCS 2021). ``dp_accounting`` 0.6.0 has no shuffle module, so it is here.
 
 Fixes to the seed-000 pseudocode (digest §7.3 item 9), each marked ``FIX`` in the code:
@@ -20,7 +20,7 @@ Fixes to the seed-000 pseudocode (digest §7.3 item 9), each marked ``FIX`` in t
   3. the analyzer's debiasing subtracts ``p * b * (number of users)``.
 
 **Where the privacy numbers come from (read this).** The exact (b, g, p) theorem of Cheu et al. could not be
-retrieved (the stored copies of arXiv 2106.09805 show only its abstract; seed 000's Lemma G.1 only says that
+retrieved (the stored copies of arXiv 2106.09805 show only its abstract; Lowy & Razaviyayn's Lemma G.1 only says that
 suitable values exist). A third-party implementation of the same protocol found by search
 (a federated linear-bandit code base citing Cheu et al.) uses ``g = max(2 sqrt(n), d, 4)``, ``p = 1/4`` and
 ``b = C g^2 log^2(d/delta) / (eps^2 n)`` with an unstated constant ``C``, which fixes only the *shape*.
@@ -56,7 +56,7 @@ vector replaced, every vector of L2 norm ``<= L``, the number of users public, a
 
 For ``eps, delta`` of interest this gives per-coordinate noise of order
 ``L sqrt(log(d/delta) log(1/delta)) / eps``,
-i.e. ``E||P_vec(X) - sum x||^2 = O(d L^2 log^2(d/delta) / eps^2)`` as in seed 000's Lemma G.1.
+i.e. ``E||P_vec(X) - sum x||^2 = O(d L^2 log^2(d/delta) / eps^2)`` as in Lowy & Razaviyayn's Lemma G.1.
 
 Sampling: noise is drawn with ``jax.random.binomial`` (present in JAX 0.10.2; inversion for ``b p <= 10``,
 BTRS rejection otherwise, in the default float dtype). Each user draws its own ``Binomial(b, p)`` so that
@@ -149,7 +149,7 @@ def clip_to_norm(vectors, lipschitz):
 def _grid_values(vectors, lipschitz, granularity):
     """``w = (x + L) * g / (2L)`` in grid units, clamped to ``[0, g]``.
 
-    FIX 1 (seed 000 Alg. 5 assumes inputs in [0, L]): after the shift ``x_j + L`` the coordinates lie in
+    FIX 1 (Lowy & Razaviyayn Alg. 5 assumes inputs in [0, L]): after the shift ``x_j + L`` the coordinates lie in
     ``[0, 2L]``, so the grid spacing is ``2L / g``. The clamp only touches inputs violating ``|x_j| <= L``
     (a report has exactly ``g + b`` bits); such inputs void the privacy guarantee anyway.
     """
@@ -218,7 +218,7 @@ def analyze(ones, num_users, lipschitz, params: ShuffleParams):
     ``estimate_j = (2L/g) * (ones_j - p b U) - U L`` with ``U = num_users``:
     FIX 1: the grid step is ``2L / g`` (shifted range ``[0, 2L]``);
     FIX 3: the debiasing subtracts the expected noise ``p * b * U`` of *all* ``U`` users;
-    FIX 2: re-centring a sum of ``U`` shifted vectors subtracts ``U * L`` (seed 000 writes ``L``).
+    FIX 2: re-centring a sum of ``U`` shifted vectors subtracts ``U * L`` (Lowy & Razaviyayn writes ``L``).
     Unbiased because ``E[ones_j] = sum_i w_ij + p b U`` and ``(2L/g) w_ij - L = x_ij``.
 
     Args:
@@ -406,7 +406,7 @@ def pvec_parameters(epsilon: float, delta: float, num_users: int, dim: int, *,
       * ``b`` = the smallest integer with ``shuffled_epsilon(ShuffleParams(g, b, p), num_users, dim, delta)
         <= epsilon`` (found by doubling then bisection; the returned value is always checked).
 
-    Seed 000's Lemma G.1 is quoted for ``0 < eps <= 15, 0 < delta < 1/2``; the analysis here holds for any
+    Lowy & Razaviyayn's Lemma G.1 is quoted for ``0 < eps <= 15, 0 < delta < 1/2``; the analysis here holds for any
     ``eps > 0`` and ``0 < delta < 1``.
 
     Raises:
@@ -458,10 +458,10 @@ def amplify_by_shuffling(epsilon_local: float, delta_local: float, num_reports: 
         delta_total = delta + (e^epsilon + 1)(1 + e^-eps0 / 2) n delta0
 
     valid when ``eps0 <= ln(n / (16 ln(4/delta)))``. Notes on the choice, all conservative:
-    the published statement (also seed 000's Thm D.5 with one record per silo) uses the factor
+    the published statement (also Lowy & Razaviyayn's Thm D.5 with one record per silo) uses the factor
     ``(e^eps0 - 1)/(e^eps0 + 1) = (1 - e^-eps0)/(1 + e^-eps0)``, never larger than the code's factor used
     here; the published validity condition has ``ln(2/delta)``, the code's ``ln(4/delta)`` is stricter;
-    seed 000's Thm D.5 (n = 1) has the smaller ``delta + 2 n delta0``. The README of the reference code
+    Lowy & Razaviyayn's Thm D.5 (n = 1) has the smaller ``delta + 2 n delta0``. The README of the reference code
     reports ``epsilon = 0.5378040242374512`` for ``n = 10^5, eps0 = 4, delta = 1e-6``.
 
     Returns:
