@@ -68,7 +68,8 @@ class CanaryGame(NamedTuple):
       outside: its neighbour without it (add/remove-one) or with the canary replaced by its opposite
         (replace-one: the contribution ``+C`` becomes ``-C``, the largest change the relation allows).
       params: the model both runs start from (``{"w": float32[d]}``).
-      direction: the unit vector along which the canary moves the model (``e_0``).
+      direction: the unit vector along which the canary moves the model: a pytree like ``params``, ``e_0`` in
+        ``w`` and zeros elsewhere.
       relation: the neighbouring relation the two datasets are neighbours under.
       level: ``"record"`` (the canary is one record of silo 0) or ``"client"`` (the canary is silo 0).
     """
@@ -76,9 +77,16 @@ class CanaryGame(NamedTuple):
     inside: FederatedData
     outside: FederatedData
     params: Any
-    direction: np.ndarray
+    direction: Any
     relation: dp_accounting.NeighboringRelation
     level: str
+
+    def with_parameters(self, **extra) -> "CanaryGame":
+        """The same game for a model with more parameters beside ``w`` (e.g. a private head), which the game's loss
+        leaves alone: ``extra`` maps names to initial arrays."""
+        params = {**self.params, **{k: jnp.asarray(v) for k, v in extra.items()}}
+        direction = {**self.direction, **{k: jnp.zeros_like(jnp.asarray(v)) for k, v in extra.items()}}
+        return self._replace(params=params, direction=direction)
 
 
 def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int = 1024, background: int = 4,
@@ -97,7 +105,7 @@ def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int =
     dim, background = checks.positive_int("dim", dim), checks.positive_int("background", background)
     canary = np.zeros(dim, np.float32)
     canary[0] = CANARY_SCALE * float(clip_norm)
-    direction = np.eye(dim, dtype=np.float32)[0]
+    direction = {"w": jnp.asarray(np.eye(dim, dtype=np.float32)[0])}
     if level == "record":
         x = np.zeros((1, background + 1, dim), np.float32)
         x[0, background] = canary
@@ -133,7 +141,6 @@ def releases(algorithm: FederatedAlgorithm, data: FederatedData, params, *, runs
     if length is not None and length < rounds:
         raise ValueError(f"rounds={rounds} but the algorithm's schedule covers {length} rounds")
     root = keys_lib.as_key(key)
-    flat = lambda p: jnp.concatenate([jnp.ravel(a) for a in jax.tree_util.tree_leaves(p)])  # noqa: E731
 
     def one(run):
         run_key = keys_lib.fold_in(root, run)
@@ -157,9 +164,16 @@ def releases(algorithm: FederatedAlgorithm, data: FederatedData, params, *, runs
     return np.concatenate(parts)
 
 
-def scores(transcripts: np.ndarray, direction: np.ndarray) -> dict:
-    """The :data:`STATISTICS` of each transcript (``[runs, rounds, d]`` -> ``{name: float64[runs]}``)."""
+def flat(tree) -> jax.Array:
+    """A pytree's leaves raveled and concatenated in ``tree_leaves`` order (the coordinates of a release)."""
+    return jnp.concatenate([jnp.ravel(a) for a in jax.tree_util.tree_leaves(tree)])
+
+
+def scores(transcripts: np.ndarray, direction) -> dict:
+    """The :data:`STATISTICS` of each transcript (``[runs, rounds, d]`` -> ``{name: float64[runs]}``);
+    ``direction``: the canary's, a pytree like the model (or its flat vector)."""
     t = np.asarray(transcripts, np.float64)
+    direction = np.asarray(flat(direction))
     out = {"canary": np.einsum("nrd,d->n", t, np.asarray(direction, np.float64)),
            "norm": np.einsum("nrd,nrd->n", t, t)}
     if t.shape[1] >= 2:
@@ -306,6 +320,21 @@ def _dp_fedavg(**overrides):
     return dp_fedavg(linear_loss, **{**kwargs, **overrides})
 
 
+def _personalized(noise_on: str = "all"):
+    from jaxfl.algorithms import personalized
+
+    return personalized(linear_loss, shared={"w": "shared", "head": "private"}, client_opt=optax.sgd(1.0),
+                        local_steps=1, sampling_rate=RATE, expected_batch_size=RATE * (BACKGROUND + 1), clip_norm=CLIP,
+                        noise_multiplier=NOISE, noise_on=noise_on, shared_gradient_at="initial", microbatch=None)
+
+
+def _noisy_minibatch_sgd(**overrides):
+    from jaxfl.algorithms import lowy_convex
+
+    kwargs = dict(step_size=1.0, batch_size=2, clip_norm=CLIP, noise_multiplier=10.0, microbatch=None)
+    return lowy_convex.noisy_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
+
+
 def _record_game(relation=ADD_OR_REMOVE_ONE):
     return canary_game(level="record", relation=relation, background=BACKGROUND, clip_norm=CLIP)
 
@@ -319,6 +348,14 @@ AUDITS = {
                        "2 local steps of DP-SGD per round, expected_batch_size fixed: add/remove-one record"),
     "dp_fedavg": Audit(lambda: (_dp_fedavg(), canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
                        "pld", 1, "client rate 0.3, z 1.5, expected_clients fixed: add/remove-one client"),
+    "personalized": Audit(lambda: (_personalized(), _record_game().with_parameters(head=jnp.zeros(1))), "pld", 1,
+                          "shared body and a private head, noise on both, expected_batch_size fixed: add/remove-one"),
+    "personalized_joint": Audit(lambda: (_personalized("shared"), _record_game().with_parameters(head=jnp.zeros(1))),
+                                "pld", 1, "joint DP: noise on the shared part, taken at the head's public initial "
+                                          "value: add/remove-one record, from the other silos"),
+    "noisy_minibatch_sgd": Audit(lambda: (_noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy", 1,
+                                 "Lowy & Razaviyayn's noisy MB-SGD, K = 2 draws with replacement, z 10: replace-one, "
+                                 "closed-form accountant"),
 }
 """The audits ``jaxfl audit NAME`` runs: name -> :class:`Audit`."""
 
@@ -383,6 +420,10 @@ SABOTAGES = {
     "noise_key_reused": Sabotage(lambda: (_noise_key_reused(RATE * (BACKGROUND + 1)), _minibatch_sgd(True),
                                           _record_game()), rounds=2,
                                  about="minibatch_sgd whose noise key is reused across rounds"),
+    "noisy_minibatch_sgd_clipping_off": Sabotage(
+        lambda: (_noisy_minibatch_sgd(clip_norm=CANARY_SCALE * CLIP, noise_multiplier=10.0 / CANARY_SCALE),
+                 _noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy",
+        about="noisy MB-SGD (draws with replacement) with the clip 100x looser, the same noise std"),
     "dp_fedavg_noise_halved": Sabotage(lambda: (_dp_fedavg(noise_multiplier=NOISE / 2), _dp_fedavg(),
                                                 canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
                                        about="dp_fedavg with z halved"),

@@ -22,6 +22,9 @@ HONEST = [
     pytest.param("dp_fedavg", 0.807, id="dp_fedavg"),
     pytest.param("minibatch_sgd_replace_one", 1.12, id="replace_one", marks=pytest.mark.slow),
     pytest.param("local_sgd", 1.083, id="local_sgd", marks=pytest.mark.slow),
+    pytest.param("personalized", 0.807, id="personalized", marks=pytest.mark.slow),
+    pytest.param("personalized_joint", 0.807, id="personalized_joint", marks=pytest.mark.slow),
+    pytest.param("noisy_minibatch_sgd", 3.027, id="noisy_minibatch_sgd", marks=pytest.mark.slow),  # closed forms
 ]
 
 # (name, the bound the sabotage reaches at 20,000 runs, the floor asserted)
@@ -31,6 +34,8 @@ SABOTAGED = [
     pytest.param("noise_halved", 1.2, id="noise_halved", marks=pytest.mark.slow),                    # 1.40 (canary)
     pytest.param("noise_key_reused", 4.0, id="noise_key_reused", marks=pytest.mark.slow),            # 6.62 (gap)
     pytest.param("dp_fedavg_noise_halved", 1.2, id="dp_fedavg_noise_halved", marks=pytest.mark.slow),  # 1.53
+    pytest.param("noisy_minibatch_sgd_clipping_off", 4.0, id="noisy_minibatch_sgd_clipping_off",
+                 marks=pytest.mark.slow),                                                          # 6.19 (canary)
 ]
 
 
@@ -81,6 +86,14 @@ def test_a_claim_for_another_relation_is_refused():
         audit.claimed_epsilon(algorithm, audit.canary_game(dim=4), rounds=1, delta=1e-3, accountant="pld")
     assert audit.claimed_epsilon(minibatch_sgd(audit.linear_loss, server_opt=optax.sgd(1.0), sampling_rate=0.3),
                                  audit.canary_game(dim=4), rounds=1, delta=1e-3) == math.inf
+
+
+def test_a_game_with_more_parameters_projects_on_w_only():
+    game = audit.canary_game(dim=3, background=1).with_parameters(head=np.ones(2))
+    assert set(game.params) == {"w", "head"}
+    np.testing.assert_array_equal(audit.flat(game.direction), [0, 0, 1, 0, 0])  # leaves in key order: head, w
+    transcripts = np.arange(10, dtype=np.float32).reshape(2, 1, 5)
+    np.testing.assert_array_equal(audit.scores(transcripts, game.direction)["canary"], [2.0, 7.0])
 
 
 def test_releases_are_the_rounds_model_changes_under_fixed_keys():
