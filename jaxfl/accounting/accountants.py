@@ -21,6 +21,7 @@ dedicated accountant for those.
 from __future__ import annotations
 
 import copy as _copy
+import functools
 import logging
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -207,6 +208,28 @@ def _unwrap_self_composed(event: DpEvent, count: int) -> tuple[DpEvent, int]:
     return event, count
 
 
+@functools.lru_cache(maxsize=None)
+def upstream_scales_replace_one() -> bool:
+    """Whether the installed dp_accounting's RDP accountant already reads a Gaussian's multiplier under replace-one
+    as std over the per-record bound (sensitivity ``2C``), as google/differential-privacy#378 asks and PR #464 would
+    do. Measured, not read from a version string: one Gaussian of multiplier 1 at order 2 gives RDP 1 under
+    add/remove-one, and 4 under replace-one once the factor is applied upstream (1 while it is not). jaxfl halves
+    the multiplier itself (:func:`jaxfl.accounting.events.rdp_event`) only when this is False, so the correction
+    never applies twice."""
+    def rdp(relation):
+        acc = _rdp.RdpAccountant(orders=[2.0], neighboring_relation=relation)
+        acc.compose(dp_accounting.GaussianDpEvent(1.0))
+        return float(acc._rdp[0])  # pylint: disable=protected-access
+
+    add, replace = rdp(NeighboringRelation.ADD_OR_REMOVE_ONE), rdp(NeighboringRelation.REPLACE_ONE)
+    if np.isclose(replace, 4.0 * add):
+        return True
+    if np.isclose(replace, add):
+        return False
+    raise RuntimeError(f"dp_accounting's RDP of a Gaussian under replace-one is {replace} against {add} under "
+                       "add/remove-one: neither the known behaviour nor the fix of google/differential-privacy#378")
+
+
 class RdpAccountant(_DpAccountingAccountant):
     """Rényi-DP accountant over ``dp_accounting.rdp``, with the modern RDP -> (eps, delta) conversion
     (Balle et al. 2020 / Canonne et al. 2020) of ``dp_accounting.rdp.compute_epsilon``.
@@ -217,9 +240,11 @@ class RdpAccountant(_DpAccountingAccountant):
 
     Neighbouring relations: all three; which events each supports is ``dp_accounting``'s rule (e.g.
     ``PoissonSampledDpEvent`` not under replace-one, ``SampledWithoutReplacementDpEvent`` only under
-    replace-one). Under replace-one, dp_accounting's RDP reads a Gaussian's multiplier as std over
+    replace-one). Under replace-one, dp_accounting 0.6.0's RDP reads a Gaussian's multiplier as std over
     sensitivity while the event carries std over the per-record bound ``C`` (sensitivity ``2C``): every
-    event is handed over as :func:`jaxfl.accounting.events.rdp_event` of it, which halves the multiplier.
+    event is handed over as :func:`jaxfl.accounting.events.rdp_event` of it, which halves the multiplier, unless
+    the installed dp_accounting applies that factor itself (:func:`upstream_scales_replace_one`, measured at
+    first use).
 
     Args:
       orders: Rényi orders alpha > 1; ``None`` uses ``dp_accounting``'s default orders
@@ -251,8 +276,12 @@ class RdpAccountant(_DpAccountingAccountant):
     def _shared(self) -> list[Any]:
         return [self._cache]
 
+    def _handed(self, event: DpEvent) -> DpEvent:
+        """The event dp_accounting's accountant is given: the relation's sensitivity applied once."""
+        return event if upstream_scales_replace_one() else _events.rdp_event(event, self._relation)
+
     def _supports(self, event: DpEvent) -> bool:
-        return self._fresh().supports(_events.rdp_event(event, self._relation))
+        return self._fresh().supports(self._handed(event))
 
     def _unit_rdp(self, event: DpEvent) -> np.ndarray:
         try:
@@ -265,7 +294,7 @@ class RdpAccountant(_DpAccountingAccountant):
 
     def _compute_unit_rdp(self, event: DpEvent) -> np.ndarray:
         acc = self._fresh()
-        acc.compose(_events.rdp_event(event, self._relation), 1)
+        acc.compose(self._handed(event), 1)
         rdp = np.array(acc._rdp, dtype=np.float64)  # pylint: disable=protected-access
         rdp.setflags(write=False)
         return rdp

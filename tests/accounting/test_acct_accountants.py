@@ -153,3 +153,38 @@ def test_gaussian_event_shapes():
 def test_gaussian_event_rejects(kwargs, match):
     with pytest.raises(ValueError, match=match):
         gaussian_event(**kwargs)
+
+
+# --- google/differential-privacy#378: the replace-one factor applied once, whichever dp_accounting is installed
+
+
+def _raw_rdp_epsilon(z, relation, delta=1e-5):
+    acc = dpa_rdp.RdpAccountant(neighboring_relation=relation)
+    acc.compose(dp_accounting.GaussianDpEvent(z))
+    return acc.get_epsilon(delta)
+
+
+def test_the_installed_dp_accounting_is_measured_not_read_from_its_version():
+    from jaxfl.accounting import accountants
+
+    # dp_accounting 0.6.0 (pinned by the tests' environment) reads the multiplier as std over sensitivity
+    acc = dpa_rdp.RdpAccountant(orders=[2.0], neighboring_relation=NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.GaussianDpEvent(1.0))
+    assert accountants.upstream_scales_replace_one() is (float(acc._rdp[0]) > 2.0)
+
+
+@pytest.mark.parametrize("upstream_fixed", [False, True])
+def test_the_replace_one_correction_applies_exactly_once(monkeypatch, upstream_fixed):
+    """Either dp_accounting halves (PR #464 merged: jaxfl hands the event as it is) or jaxfl does (today): a
+    clipped sum's Gaussian of multiplier z under replace-one is accounted as a Gaussian of z / 2 under add/remove."""
+    from jaxfl.accounting import accountants
+
+    z, delta = 2.0, 1e-5
+    monkeypatch.setattr(accountants, "upstream_scales_replace_one", lambda: upstream_fixed)
+    acc = RdpAccountant(neighboring_relation="replace_one")
+    acc.compose(dp_accounting.GaussianDpEvent(z))
+    handed = z if upstream_fixed else z / 2   # what dp_accounting's replace-one accountant receives
+    assert acc.get_epsilon(delta) == pytest.approx(_raw_rdp_epsilon(handed, NeighboringRelation.REPLACE_ONE, delta))
+    if not upstream_fixed:   # on today's dp_accounting, the sound value: z / 2 under add/remove-one
+        assert acc.get_epsilon(delta) == pytest.approx(
+            _raw_rdp_epsilon(z / 2, NeighboringRelation.ADD_OR_REMOVE_ONE, delta))
