@@ -173,8 +173,8 @@ def scores(transcripts: np.ndarray, direction) -> dict:
     """The :data:`STATISTICS` of each transcript (``[runs, rounds, d]`` -> ``{name: float64[runs]}``);
     ``direction``: the canary's, a pytree like the model (or its flat vector)."""
     t = np.asarray(transcripts, np.float64)
-    direction = np.asarray(flat(direction))
-    out = {"canary": np.einsum("nrd,d->n", t, np.asarray(direction, np.float64)),
+    direction = np.asarray(flat(direction), np.float64)
+    out = {"canary": np.einsum("nrd,d->n", t, direction),
            "norm": np.einsum("nrd,nrd->n", t, t)}
     if t.shape[1] >= 2:
         gaps = [np.linalg.norm(t[:, i] - t[:, j], axis=-1) for i in range(t.shape[1]) for j in range(i)]
@@ -195,8 +195,8 @@ class AuditResult:
       claimed_epsilon: what the algorithm's own ledger certifies for the audited rounds (``inf`` when it states
         no privacy).
       delta: the delta both epsilons are for.
-      epsilon_lower_bound: the largest of the statistics' lower bounds (each at confidence
-        ``1 - significance / number of statistics``, so the maximum holds at ``1 - significance``).
+      epsilon_lower_bound: the largest of the statistics' lower bounds (each statistic's two rules at
+        confidence ``1 - significance / (2 * number of statistics)``, so the maximum holds at ``1 - significance``).
       lower_bounds: ``{statistic: lower bound}``.
       statistic: the statistic that gave ``epsilon_lower_bound``.
       relation: the neighbouring relation of the claim and of the game (lower-case name).
