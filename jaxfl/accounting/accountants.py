@@ -14,9 +14,9 @@ replace-one, and the accountants apply it (:func:`jaxfl.accounting.events.clippe
 
 Known ``dp_accounting`` 0.6.0 limitation: neither its RDP nor its PLD accountant supports
 ``SampledWithReplacementDpEvent`` (and only RDP with ``replace_one`` supports
-``SampledWithoutReplacementDpEvent``). Composing an unsupported event raises
-:class:`dp_accounting.UnsupportedEventError`; use :mod:`jaxfl.accounting.closed_forms` (Ullman's rule) or a
-dedicated accountant for those.
+``SampledWithoutReplacementDpEvent``). jaxfl's ``"pld"`` accountant composes draws with replacement of a
+Gaussian under replace-one neighbours (:mod:`jaxfl.accounting.with_replacement`); composing an event no
+accountant supports raises :class:`dp_accounting.UnsupportedEventError`.
 """
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import dp_accounting
 import numpy as np
-from dp_accounting import pld as _pld
 from dp_accounting import rdp as _rdp
 
 from jaxfl import checks
 from jaxfl.accounting import events as _events
+from jaxfl.accounting.with_replacement import PLDAccountantWithReplacement
 
 NeighboringRelation = dp_accounting.NeighboringRelation
 DpEvent = dp_accounting.DpEvent
@@ -330,7 +330,9 @@ class PldAccountant(_DpAccountingAccountant):
     """Privacy-loss-distribution accountant (``dp_accounting.pld.PLDAccountant``, pessimistic estimate).
 
     Neighbouring relations: all three (per-event limits as ``dp_accounting``'s). Under replace-one,
-    dp_accounting's PLD shifts a Gaussian by ``+-C`` (sensitivity ``2C``), as the events assume.
+    dp_accounting's PLD shifts a Gaussian by ``+-C`` (sensitivity ``2C``), as the events assume; under
+    replace-one it also composes ``SampledWithReplacementDpEvent(n, K, GaussianDpEvent(z))``, which
+    dp_accounting does not (:mod:`jaxfl.accounting.with_replacement`).
 
     Args:
       value_discretization_interval: width of the privacy-loss grid (nats); smaller is tighter and slower.
@@ -344,8 +346,8 @@ class PldAccountant(_DpAccountingAccountant):
                  neighboring_relation: Any = NeighboringRelation.ADD_OR_REMOVE_ONE):
         super().__init__(neighboring_relation)
         self._vdi = checks.positive_float("value_discretization_interval", value_discretization_interval)
-        self._acc = _pld.PLDAccountant(neighboring_relation=self._relation,
-                                       value_discretization_interval=self._vdi)
+        self._acc = PLDAccountantWithReplacement(neighboring_relation=self._relation,
+                                                 value_discretization_interval=self._vdi)
 
     def _config(self) -> dict[str, Any]:
         return {"value_discretization_interval": self._vdi, "neighboring_relation": self._relation}
@@ -473,8 +475,8 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
       sampling_rate: Poisson inclusion probability q in (0, 1]; q = 1 is the plain Gaussian.
       steps: number of releases (>= 0); 0 gives ``NoOpDpEvent``.
       sampling: ``"poisson"`` (``PoissonSampledDpEvent``), ``"with_replacement"``
-        (``SampledWithReplacementDpEvent``, needs ``dataset_size`` and ``sample_size``; not accountable by
-        dp_accounting 0.6.0's RDP/PLD accountants) or ``"none"`` (``GaussianDpEvent``; q must be 1).
+        (``SampledWithReplacementDpEvent``, needs ``dataset_size`` and ``sample_size``; accounted by the
+        ``"pld"`` accountant under replace-one neighbours and by ``"lowy"``'s closed forms) or ``"none"`` (``GaussianDpEvent``; q must be 1).
       dataset_size: records n the sample is drawn from (``"with_replacement"`` only).
       sample_size: records K drawn per step (``"with_replacement"`` only).
 

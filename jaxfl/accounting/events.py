@@ -17,7 +17,8 @@ written from the docstring alone. They subclass ``dp_accounting.DpEvent`` and co
 
 Sampling with replacement needs no event of jaxfl's own: it is
 ``dp_accounting.SampledWithReplacementDpEvent(n, K, clipped_sum_gaussian(z))``, which dp_accounting 0.6.0's
-RDP and PLD accountants do not support and the ``"lowy"`` accountant does (replace-one neighbours);
+RDP and PLD accountants do not support and jaxfl's ``"pld"`` (tight, :mod:`jaxfl.accounting.with_replacement`)
+and ``"lowy"`` (closed forms) accountants do, under replace-one neighbours;
 :func:`jaxfl.accounting.gaussian_event` and :meth:`jaxfl.engine.local.Sampler.event` build it.
 
 Units: noise multipliers are a noise standard deviation over a per-record bound (see

@@ -328,5 +328,6 @@ def _unsupported(accountant: str, event, relation) -> str:
                     "by the silo's own size: pass expected_batch_size= (a public constant fixed in advance) to the "
                     "algorithm for add/remove-one, or use accountant='pld'")
     elif isinstance(event, dp_accounting.SampledWithReplacementDpEvent):
-        message += " (dp_accounting has no accountant for draws with replacement): use accountant='lowy'"
+        message += (" (dp_accounting has no accountant for draws with replacement): use accountant='pld' under "
+                    "replace-one neighbours (tight), or accountant='lowy' (Lowy & Razaviyayn's closed forms)")
     return message

@@ -80,11 +80,13 @@ def test_empty_accountant():
     assert RdpAccountant().compose(G(1.0), 0).epsilon(1e-5) == 0.0
 
 
-@pytest.mark.parametrize("name", ["rdp", "pld"])
-def test_with_replacement_is_unsupported(name):
+@pytest.mark.parametrize("name,relation", [("rdp", "add_or_remove_one"), ("rdp", "replace_one"),
+                                           ("pld", "add_or_remove_one")])
+def test_with_replacement_is_unsupported(name, relation):
+    """RDP never composes draws with replacement; PLD only under replace-one (test_acct_with_replacement)."""
     event = gaussian_event(1.0, steps=1, sampling="with_replacement", dataset_size=100, sample_size=10)
     assert isinstance(event, dp_accounting.SampledWithReplacementDpEvent)
-    acc = make_accountant(name)
+    acc = make_accountant(name, neighboring_relation=relation)
     assert not acc.supports(event)
     with pytest.raises(UnsupportedEventError):
         acc.compose(event)
