@@ -10,11 +10,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clip_by_global_norm
 from jaxfl.privacy.noise import add_gaussian_noise, noisy_clipped_mean, unit_noise_like
+from jaxfl.privacy.secure import LatticeGaussian
 
 
 class NoiseState(NamedTuple):
@@ -27,7 +29,7 @@ def _init(params):
 
 
 def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array,
-                                     normalize: bool = True) -> optax.GradientTransformation:
+                                     normalize: bool = True, secure: bool = False) -> optax.GradientTransformation:
     """Per-example clipping + Gaussian noise (DP-SGD's aggregation) as an optax transformation.
 
     ``update`` receives *per-example* gradients (leaves ``[batch, ...]``; padding rows must be
@@ -35,7 +37,16 @@ def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array
     (``/ batch`` only when ``normalize``; a Python ``0`` for ``z`` draws no noise), computed by
     :func:`jaxfl.privacy.noise.noisy_clipped_mean` as the engine's noisy gradients are. The sum's
     add/remove-one sensitivity is ``C``, so the noise multiplier ``z`` is what an accountant takes.
+
+    ``secure=True``: the noisy sum is released on a lattice with discrete Gaussian noise
+    (:class:`jaxfl.privacy.secure.LatticeGaussian`), safe against floating-point attacks; ``C`` and ``z`` must then
+    be Python numbers, the key should come from :func:`jaxfl.privacy.secure.os_random_key`, and the accountant
+    takes ``LatticeGaussian(C, z, d).event()`` (``d`` the number of parameters), not ``z``.
     """
+    if secure and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                          for v in (clip_norm, noise_multiplier)):
+        raise ValueError(f"secure=True needs Python numbers for clip_norm and noise_multiplier, got "
+                         f"{clip_norm!r} and {noise_multiplier!r}")
 
     def update(updates, state, params=None):
         del params
@@ -43,8 +54,13 @@ def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array
         summed = jax.tree_util.tree_map(lambda g: jnp.sum(g, axis=0), clipped)
         noise_key = keys_lib.step_key(key, state.count, keys_lib.Purpose.NOISE)
         batch = jax.tree_util.tree_leaves(updates)[0].shape[0] if normalize else 1
-        noisy = noisy_clipped_mean(summed, unit_noise_like(noise_key, summed, noise_multiplier),
-                                   clip_norm=clip_norm, noise_multiplier=noise_multiplier, denominator=batch)
+        if secure:
+            dim = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(summed))
+            released = LatticeGaussian(clip_norm, noise_multiplier, dim).release(noise_key, summed)
+            noisy = jax.tree_util.tree_map(lambda g: g * (1.0 / batch), released)
+        else:
+            noisy = noisy_clipped_mean(summed, unit_noise_like(noise_key, summed, noise_multiplier),
+                                       clip_norm=clip_norm, noise_multiplier=noise_multiplier, denominator=batch)
         return noisy, NoiseState(count=state.count + 1)
 
     return optax.GradientTransformation(_init, update)
