@@ -9,11 +9,14 @@ Images keep their ``uint8`` pixels; scaling and standardisation belong to :mod:`
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import os
 import pickle
 import tarfile
+import zipfile
+import zlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -21,6 +24,20 @@ import numpy as np
 from jaxfl.data.sources import locate
 
 PathLike = str | os.PathLike | None
+
+#: What a truncated or corrupt file raises while it is parsed (gzip, zip, tar, pickle, text).
+_UNREADABLE = (OSError, EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError, pickle.UnpicklingError,
+               UnicodeDecodeError)
+
+
+@contextlib.contextmanager
+def readable(path):
+    """Turns a truncated or corrupt file's parse error into one ``ValueError`` naming the file."""
+    try:
+        yield
+    except _UNREADABLE as error:
+        raise ValueError(f"{path}: cannot be read, truncated or corrupt ({type(error).__name__}: {error}); "
+                         "delete it and fetch it again (jaxfl.data.download)") from error
 
 # ----------------------------------------------------------------------------------------------
 # IDX (MNIST, Fashion-MNIST)
@@ -35,7 +52,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
       ValueError: naming the file, for a bad magic number, unknown type code or wrong length.
     """
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
+    with readable(path), opener(path, "rb") as f:
         data = bytearray(f.read())
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise ValueError(f"{path}: not an IDX file (magic {bytes(data[:4]).hex()})")
@@ -86,7 +103,8 @@ def load_cifar10_subset(split: str = "train", *, data_dir: PathLike = None, down
     in the official order.
     """
     _check_split("cifar10-subset", split, ("train", "test"))
-    with np.load(locate("cifar10-subset", "npz", data_dir, download=download), allow_pickle=False) as z:
+    path = locate("cifar10-subset", "npz", data_dir, download=download)
+    with readable(path), np.load(path, allow_pickle=False) as z:
         return np.array(z[f"x_{split}"]), z[f"y_{split}"].astype(np.int32)
 
 
@@ -100,7 +118,7 @@ def read_cifar10_archive(path: str | os.PathLike, split: str):
     _check_split("cifar10", split, ("train", "test"))
     names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
     found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    with tarfile.open(path, "r:gz") as tf:
+    with readable(path), tarfile.open(path, "r:gz") as tf:
         for member in tf:
             base = member.name.rsplit("/", 1)[-1]
             if member.isfile() and base in names:
@@ -150,7 +168,8 @@ def load_libsvm(name: str, split: str = "train", *, labels: str = "01", data_dir
     if labels not in ("01", "pm1", "raw"):
         raise ValueError(f"unknown labels={labels!r} (use '01', 'pm1' or 'raw')")
     path = locate(name, split, data_dir, download=download)
-    x, y = load_svmlight_file(str(path), n_features=LIBSVM_FEATURES[name], dtype=np.float32)
+    with readable(path):
+        x, y = load_svmlight_file(str(path), n_features=LIBSVM_FEATURES[name], dtype=np.float32)
     x = np.asarray(x.toarray(), np.float32)
     if labels == "raw":
         return x, y.astype(np.float32)
@@ -184,7 +203,7 @@ def load_covtype_binary(*, scale: bool = True, labels: str = "01", data_dir: Pat
     if labels not in ("01", "pm1", "raw"):
         raise ValueError(f"unknown labels={labels!r} (use '01', 'pm1' or 'raw')")
     path = locate("covtype", "all", data_dir, download=download)
-    with gzip.open(path, "rb") as f:
+    with readable(path), gzip.open(path, "rb") as f:
         table = np.loadtxt(f, delimiter=",", dtype=np.int32, ndmin=2)
     if table.shape[1] != COVTYPE_FEATURES + 1:
         raise ValueError(f"{path}: expected {COVTYPE_FEATURES + 1} columns, found {table.shape[1]}")
@@ -217,7 +236,7 @@ OBESITY_CLASSES = ("Insufficient_Weight", "Normal_Weight", "Obesity_Type_I", "Ob
 
 
 def _read_csv_gz(path, columns: Sequence[str]) -> list[list[str]]:
-    with gzip.open(path, "rt", newline="", encoding="utf-8") as f:
+    with readable(path), gzip.open(path, "rt", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     if not rows or tuple(rows[0]) != tuple(columns):
         raise ValueError(f"{path}: header {rows[0] if rows else None} differs from {list(columns)}")

@@ -33,8 +33,16 @@ class Checkpointer:
     def restore(self, step: int, like_state):
         """Restores ``(state, meta)`` of ``step`` into the structure and shardings of ``like_state``."""
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like_state)
-        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                                  meta=ocp.args.JsonRestore()))
+        try:
+            out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                                      meta=ocp.args.JsonRestore()))
+        except Exception as error:  # orbax's, tensorstore's and json's own errors for a damaged checkpoint
+            raise ValueError(f"checkpoint {self.directory / str(step)} (round {step}) cannot be restored: "
+                             f"{type(error).__name__}: {str(error)[:300]}; it is truncated, corrupt or from another "
+                             "model: move it away to start the run over") from error
+        if not isinstance(out.meta, dict) or "round" not in out.meta:
+            raise ValueError(f"checkpoint {self.directory / str(step)} has no run metadata (round): it was not "
+                             "written by jaxfl.engine.driver.train")
         return out.state, out.meta
 
     def close(self) -> None:

@@ -13,6 +13,8 @@ first round that would push any silo's epsilon past the target.
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 import time
 from typing import Any, Callable
 
@@ -83,7 +85,8 @@ class TrainResult:
     Attributes:
       state: the final algorithm state (``state.params`` is the model).
       rounds: rounds completed (including rounds restored from a checkpoint).
-      stop_reason: ``"completed"`` or ``"budget"`` (the next round would exceed the target epsilon).
+      stop_reason: ``"completed"``, ``"budget"`` (the next round would exceed the target epsilon) or
+        ``"terminated"`` (SIGTERM, once the previous handler returned).
       history: the metrics records written, one per evaluation.
       epsilon: the epsilon spent at ``delta`` (max over silos for ISRL-DP), or None if non-private.
       epsilons: per-silo epsilons (ISRL-DP) or None.
@@ -135,6 +138,31 @@ def _check_budget_args(target_epsilon, delta, ledger):
         raise ValueError("target_epsilon was given but the algorithm is not private (it adds no noise)")
 
 
+class _TerminationGuard:
+    """While active (main thread only), SIGTERM only sets :attr:`requested`: the round in flight finishes and is
+    saved, then the signal goes on to the handler there was before (by default, the process ends)."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        del frame
+        self.requested = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            if self.requested:
+                signal.raise_signal(signal.SIGTERM)
+        return False
+
+
 def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds: int, key=0,
           eval_fn: Callable[[Any], dict] | None = None, eval_every: int | None = None,
           accountant: str = "rdp", target_epsilon: float | None = None, delta=None,
@@ -173,6 +201,11 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
       run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
       on_record: called with every metrics record once it is written and checkpointed (e.g. to log a
         long run's progress).
+
+    Faults: an exception in ``eval_fn`` or ``silo_eval_fn`` is raised after the round's metrics record (with
+    ``eval_error``) and checkpoint are written; SIGTERM (in the main thread) lets the round in flight finish
+    and be saved, then goes on to the previous handler (``stop_reason`` ``"terminated"`` if that returns). A
+    resumed run recomputes nothing it saved and charges the ledger once per round.
     """
     rounds = checks.non_negative_int("rounds", rounds)
     eval_every = rounds if eval_every is None else checks.integer("eval_every", eval_every)
@@ -220,8 +253,9 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     bar = tqdm(total=rounds, initial=start, disable=not progress, desc=algorithm.name, leave=False)
     t0 = time.perf_counter()
     r = start
+    terminate = _TerminationGuard()
     try:
-        with sharding.mesh_context(mesh):
+        with sharding.mesh_context(mesh), terminate:
             while r < rounds:
                 n = min(eval_every - (r % eval_every), rounds - r)
                 if target_epsilon is not None:
@@ -235,11 +269,17 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                     ledger.record(n)
                 record = {"round": r, **(run_info or {})}
                 record.update({k: float(np.mean(v)) for k, v in sharding.to_host(infos).items()})
-                if eval_fn is not None:
-                    record.update({k: float(v) for k, v in eval_fn(state.params).items()})
-                if evaluate_silos is not None:
-                    per_silo = sharding.to_host(evaluate_silos(state))
-                    record["silos"] = {k: np.asarray(v)[:num_silos].astype(float).tolist() for k, v in per_silo.items()}
+                failure = None
+                try:  # a failing evaluation still leaves this round's metrics and checkpoint behind
+                    if eval_fn is not None:
+                        record.update({k: float(v) for k, v in eval_fn(state.params).items()})
+                    if evaluate_silos is not None:
+                        per_silo = sharding.to_host(evaluate_silos(state))
+                        record["silos"] = {k: np.asarray(v)[:num_silos].astype(float).tolist()
+                                           for k, v in per_silo.items()}
+                except Exception as error:  # re-raised below, once the round is saved
+                    failure = error
+                    record["eval_error"] = f"{type(error).__name__}: {error}"
                 if ledger is not None:
                     record["epsilon"] = float(ledger.epsilon(delta))
                 record["wall_seconds"] = seconds_before + time.perf_counter() - t0
@@ -247,9 +287,16 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                 history.append(record)
                 if ckpt is not None:
                     ckpt.save(r, state, {"round": r, **run_id, "wall_seconds": record["wall_seconds"]})
+                if failure is not None:
+                    failure.add_note(f"jaxfl: raised by the evaluation after round {r}; that round's metrics"
+                                     + (" and checkpoint were" if ckpt is not None else " were") + " saved first")
+                    raise failure
                 if on_record is not None:
                     on_record(record)
                 bar.update(n)
+                if terminate.requested:
+                    stop_reason = "terminated"
+                    break
                 if (target_epsilon is not None and r < rounds
                         and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0):
                     stop_reason = "budget"
