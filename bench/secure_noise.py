@@ -1,4 +1,4 @@
-"""What secure noise costs: releasing a clipped sum with lattice discrete Gaussian noise against the default float noise.
+"""What secure noise costs: a clipped sum released with lattice discrete Gaussian noise against float noise.
 
 One process, one machine, for each model size ``d`` (default 16,384 and 1,048,576 parameters), jitted, best of
 ``--repeats``:
@@ -54,7 +54,8 @@ def main():
                "equivalent_noise_multiplier": lattice.equivalent_noise_multiplier()}
         row["slowdown"] = row["secure_seconds"] / row["default_seconds"]
         rows.append(row)
-        print(f"d = {d:>9,}: default {row['default_seconds'] * 1e3:8.2f} ms, secure {row['secure_seconds'] * 1e3:8.2f} ms "
+        print(f"d = {d:>9,}: default {row['default_seconds'] * 1e3:8.2f} ms, "
+              f"secure {row['secure_seconds'] * 1e3:8.2f} ms "
               f"({row['slowdown']:.1f}x slower); table {row['table_entries']:,} entries built in {table_seconds:.1f} s")
     record = {
         "benchmark": "secure_noise",

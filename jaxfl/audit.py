@@ -335,6 +335,13 @@ def _noisy_minibatch_sgd(**overrides):
     return lowy_convex.noisy_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
 
 
+def _noisy_prox_gd(**overrides):
+    from jaxfl.algorithms import lowy_nonconvex
+
+    kwargs = dict(step_size=1.0, clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
+    return lowy_nonconvex.noisy_prox_gd(linear_loss, **{**kwargs, **overrides})
+
+
 def _record_game(relation=ADD_OR_REMOVE_ONE):
     return canary_game(level="record", relation=relation, background=BACKGROUND, clip_norm=CLIP)
 
@@ -356,6 +363,11 @@ AUDITS = {
     "noisy_minibatch_sgd": Audit(lambda: (_noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy", 1,
                                  "Lowy & Razaviyayn's noisy MB-SGD, K = 2 draws with replacement, z 10: replace-one, "
                                  "closed-form accountant"),
+    "noisy_minibatch_sgd_pld": Audit(lambda: (_noisy_minibatch_sgd(noise_multiplier=3.0), _record_game(REPLACE_ONE)),
+                                     "pld", 1, "the same with z 3, claimed by the PLD of draws with replacement"),
+    "noisy_prox_gd": Audit(lambda: (_noisy_prox_gd(), _record_game(REPLACE_ONE)), "pld", 1,
+                           "Lowy, Ghafelebashi & Razaviyayn's noisy prox-GD: the full batch's noisy clipped sum "
+                           "over n_i, z 1.5: replace-one record"),
 }
 """The audits ``jaxfl audit NAME`` runs: name -> :class:`Audit`."""
 
@@ -427,6 +439,13 @@ SABOTAGES = {
     "dp_fedavg_noise_halved": Sabotage(lambda: (_dp_fedavg(noise_multiplier=NOISE / 2), _dp_fedavg(),
                                                 canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
                                        about="dp_fedavg with z halved"),
+    "noisy_minibatch_sgd_pld_noise_reduced": Sabotage(
+        lambda: (_noisy_minibatch_sgd(noise_multiplier=0.75), _noisy_minibatch_sgd(noise_multiplier=3.0),
+                 _record_game(REPLACE_ONE)), "pld",
+        about="noisy MB-SGD (draws with replacement) with z 0.75, held to the PLD claim of z 3"),
+    "noisy_prox_gd_noise_halved": Sabotage(lambda: (_noisy_prox_gd(noise_multiplier=NOISE / 2), _noisy_prox_gd(),
+                                                    _record_game(REPLACE_ONE)),
+                                           about="noisy prox-GD with z halved"),
 }
 """Sabotaged variants and the honest claims they are held to: name -> :class:`Sabotage`."""
 

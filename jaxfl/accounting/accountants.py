@@ -476,7 +476,8 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
       steps: number of releases (>= 0); 0 gives ``NoOpDpEvent``.
       sampling: ``"poisson"`` (``PoissonSampledDpEvent``), ``"with_replacement"``
         (``SampledWithReplacementDpEvent``, needs ``dataset_size`` and ``sample_size``; accounted by the
-        ``"pld"`` accountant under replace-one neighbours and by ``"lowy"``'s closed forms) or ``"none"`` (``GaussianDpEvent``; q must be 1).
+        ``"pld"`` accountant under replace-one neighbours and by ``"lowy"``'s closed forms) or ``"none"``
+        (``GaussianDpEvent``; q must be 1).
       dataset_size: records n the sample is drawn from (``"with_replacement"`` only).
       sample_size: records K drawn per step (``"with_replacement"`` only).
 

@@ -170,8 +170,8 @@ class LatticeGaussian:
 
     def sensitivity(self, relation="add_or_remove_one") -> float:
         """The L2 sensitivity of the rounded, clamped input in lattice steps under ``relation``."""
-        return (clipped_sum_sensitivity(as_relation(relation)) * (1 + CLIP_SLACK) * self.resolution * math.sqrt(self.dim)
-                + ROUNDING_STEPS * math.sqrt(self.dim))
+        factor = clipped_sum_sensitivity(as_relation(relation))
+        return (factor * (1 + CLIP_SLACK) * self.resolution + ROUNDING_STEPS) * math.sqrt(self.dim)
 
     def event(self, relation="add_or_remove_one") -> dp_accounting.DpEvent:
         """``ZCDpEvent(Delta^2 / (2 s^2))``: one release, under ``relation`` (its sensitivity already applied)."""

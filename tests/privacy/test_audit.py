@@ -25,6 +25,8 @@ HONEST = [
     pytest.param("personalized", 0.807, id="personalized", marks=pytest.mark.slow),
     pytest.param("personalized_joint", 0.807, id="personalized_joint", marks=pytest.mark.slow),
     pytest.param("noisy_minibatch_sgd", 3.027, id="noisy_minibatch_sgd", marks=pytest.mark.slow),  # closed forms
+    pytest.param("noisy_minibatch_sgd_pld", 1.971, id="noisy_minibatch_sgd_pld", marks=pytest.mark.slow),  # 0.318
+    pytest.param("noisy_prox_gd", 4.497, id="noisy_prox_gd", marks=pytest.mark.slow),                      # 2.661
 ]
 
 # (name, the bound the sabotage reaches at 20,000 runs, the floor asserted)
@@ -36,6 +38,9 @@ SABOTAGED = [
     pytest.param("dp_fedavg_noise_halved", 1.2, id="dp_fedavg_noise_halved", marks=pytest.mark.slow),  # 1.53
     pytest.param("noisy_minibatch_sgd_clipping_off", 4.0, id="noisy_minibatch_sgd_clipping_off",
                  marks=pytest.mark.slow),                                                          # 6.19 (canary)
+    pytest.param("noisy_minibatch_sgd_pld_noise_reduced", 2.2, id="noisy_minibatch_sgd_pld_noise_reduced",
+                 marks=pytest.mark.slow),                                                          # 2.61 (canary)
+    pytest.param("noisy_prox_gd_noise_halved", 4.6, id="noisy_prox_gd_noise_halved", marks=pytest.mark.slow),  # 5.14
 ]
 
 

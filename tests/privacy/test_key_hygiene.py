@@ -89,9 +89,9 @@ def _run(build, rounds=2):
     jax.effects_barrier()
 
 
-#: Run in the fast tier (one of each kind of randomness: Poisson records, client sampling, codec, draws with
-#: replacement, phases, shuffler, epoch replays); the rest in the slow tier.
-FAST = {"minibatch_sgd poisson", "dp_fedavg", "dp_rec", "isrl noisy_minibatch_sgd", "nc spider draws", "nc sdp svrg"}
+#: Run in the fast tier (Poisson records, client sampling, the codec, draws with replacement, phases); the rest,
+#: shufflers and replayed draws among them, in the slow tier.
+FAST = {"minibatch_sgd poisson", "dp_fedavg", "dp_rec", "isrl noisy_minibatch_sgd", "nc spider draws"}
 
 
 @pytest.mark.parametrize("name, build", [pytest.param(a[0], a[1], marks=() if a[0] in FAST else pytest.mark.slow)
