@@ -5,9 +5,9 @@ import math
 
 import optax
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from jaxfl.algorithms import minibatch_sgd
+from jaxfl.algorithms import dp_fedavg, minibatch_sgd
 from jaxfl.cli import main
 from jaxfl.models import logistic_loss
 
@@ -43,6 +43,25 @@ def test_minibatch_sgd_configurations(rate, expected, batch, clip, noise):
         assert statement.relation.name == REPLACE        # divided by the silo's own size
 
 
+@settings(max_examples=100, deadline=None)
+@given(rate=NUMBERS, expected=st.one_of(st.none(), NUMBERS), clip=NUMBERS, noise=NUMBERS,
+       steps=st.integers(-1, 3))
+def test_dp_fedavg_configurations(rate, expected, clip, noise, steps):
+    try:
+        algorithm = dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=steps, client_rate=rate,
+                              expected_clients=expected, clip_norm=clip, noise_multiplier=noise)
+        statement = None if algorithm.privacy is None else algorithm.privacy([30, 20])
+    except ValueError as error:
+        message = str(error)
+        assert "\n" not in message
+        assert any(name in message for name in ("client_rate", "expected_clients", "clip_norm", "noise_multiplier",
+                                                "local_steps")), message
+        return
+    if statement is not None:    # user-level DP: one client added or removed, over a public expected count
+        assert statement.relation.name == ADD and statement.level == "client"
+        assert expected is not None
+
+
 @pytest.mark.parametrize("kwargs, relation", [
     ({"sampling_rate": 0.3, "expected_batch_size": 7.0, "clip_norm": 1.0, "noise_multiplier": 1.0}, ADD),
     ({"sampling_rate": 0.3, "clip_norm": 1.0, "noise_multiplier": 1.0}, REPLACE),
@@ -61,6 +80,7 @@ ACCOUNT_VALUES = st.one_of(st.sampled_from(["0", "-1", "nan", "inf", "1e309", "a
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(noise="1e-5", rate="1e-5", steps="1000000", delta="1e-5", accountant="pld")   # was a MemoryError
 @given(noise=ACCOUNT_VALUES, rate=ACCOUNT_VALUES, steps=ACCOUNT_VALUES, delta=ACCOUNT_VALUES,
        accountant=st.sampled_from(["rdp", "pld"]))
 def test_account_arguments(noise, rate, steps, delta, accountant, capsys):

@@ -356,7 +356,12 @@ class PldAccountant(_DpAccountingAccountant):
         return self._acc.supports(event)
 
     def _compose(self, event: DpEvent, count: int) -> None:
-        self._acc.compose(event, count)
+        try:
+            self._acc.compose(event, count)
+        except MemoryError as error:  # a tiny noise multiplier spreads the privacy loss over an enormous grid
+            raise ValueError(f"the PLD of {event!r} needs a privacy-loss grid of width "
+                             f"{self._vdi} too large for memory (is the noise multiplier that small?): use a larger "
+                             "value_discretization_interval, or accountant='rdp'") from error
 
     def _epsilon(self, delta: float) -> float:
         return self._acc.get_epsilon(delta)
