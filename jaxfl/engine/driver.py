@@ -144,6 +144,7 @@ class _TerminationGuard:
 
     def __init__(self):
         self.requested = False
+        self._installed = False
         self._previous = None
 
     def _handle(self, signum, frame):
@@ -153,11 +154,12 @@ class _TerminationGuard:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        if self._installed:  # None: a handler not installed from Python, restored as the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
             if self.requested:
                 signal.raise_signal(signal.SIGTERM)
         return False
