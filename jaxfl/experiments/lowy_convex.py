@@ -115,7 +115,8 @@ def _describe(family: str):
         silos = {(float(a), float(b), float(c), int(n)) for a, b, c, n in zip(zs, rate, trial.deltas, counts)}
         reference = max(_rdp(zi, q, steps, d) for zi, q, d, _ in silos)
         draws = study["batch_size"] if family == "mbsgd" else 1
-        tight = None if study["scripts"] else max(_pld(n, draws, zi, steps, d) for zi, _, d, n in silos)
+        tight = None if study["scripts"] else max(_pld(n, draws, zi, steps, d, study["pld_grid"])
+                                                  for zi, _, d, n in silos)
         return {**out, "noise_multiplier": np.asarray(z).tolist(), "privacy": {
             "epsilon_nominal": row["epsilon"],
             "epsilon_pld": tight,
@@ -137,13 +138,14 @@ def _rdp(z: float, rate: float, steps: int, delta: float) -> float:
 
 
 #: The PLD grid (nats) of the with-replacement certificate; its rounding is pessimistic, so a coarser grid
-#: is still an upper bound (MNIST at nominal 0.75: 0.7094 at 1e-3 against 0.7093 at 1e-4, 10x faster).
-PLD_GRID = 1e-3
+#: is still an upper bound (MNIST at nominal 0.75: 0.7094 at 1e-3 against 0.7093 at 1e-4, 10x faster). The
+#: quick forms use a coarser one (0.716 there at 1e-2; 143.36 against 143.36 at 1e-3 where epsilon is large).
+PLD_GRID, QUICK_PLD_GRID = 1e-3, 3e-2
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld(n: int, draws: int, z: float, steps: int, delta: float) -> float:
-    accountant = PldAccountant(PLD_GRID, neighboring_relation="replace_one")
+def _pld(n: int, draws: int, z: float, steps: int, delta: float, grid: float) -> float:
+    accountant = PldAccountant(grid, neighboring_relation="replace_one")
     accountant.compose(dp_accounting.SampledWithReplacementDpEvent(n, draws, dp_accounting.GaussianDpEvent(z)), steps)
     return accountant.epsilon(delta)
 
@@ -184,7 +186,9 @@ def _study(name, description, *, dataset, metric, title, settings, params, quick
            panels=(25,), bands=True, variants=None, configs_per_batch=None, notes=()):
     """A study of Lowy & Razaviyayn's convex ISRL-DP paper; ``params``: the initial model (w_0 = 0, the same
     for every run)."""
-    settings = {"loss": None, "error": None, "clips": None, "scripts": (), "data_options": {}, **settings}
+    settings = {"loss": None, "error": None, "clips": None, "scripts": (), "data_options": {}, "pld_grid": PLD_GRID,
+                **settings}
+    quick = {**quick, "settings": {"pld_grid": QUICK_PLD_GRID, **quick.get("settings", {})}}
     k, r = settings["batch_size"], settings["rounds"]
     return Study(
         name=name, description=description, data=_trial, families=FAMILIES,

@@ -74,13 +74,12 @@ def test_bounds_monte_carlo_of_the_mechanism(n, k, z):
                 assert _pld_delta(n, k, z, steps, eps) >= mc - 4 * se, (steps, order, eps, mc, se)
 
 
-@pytest.mark.parametrize("n,k,z,steps,delta", [
-    (1000, 100, 8.0, 100, 1e-6),
-    pytest.param(1000, 10, 2.0, 50, 1e-5, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n,k,z,steps,delta", [(1000, 100, 8.0, 100, 1e-6)])
 def test_between_the_worst_dataset_and_the_closed_form(n, k, z, steps, delta, caplog):
     """The worst dataset's own PLD (dp_accounting's mixture of Gaussians, optimistic rounding) is a lower bound
     on the truth, so on the PLD here; Ullman's closed-form chain an upper one (inf in these settings: its
-    pre-amplification step needs eps <= 1); the measured gap to the lower bound stays within 3.6x."""
+    pre-amplification step needs eps <= 1); the measured gap to the lower bound stays within 3.6x (1.26x here;
+    3.5x at n 1000, K 10, z 2, 50 steps, delta 1e-5, measured once: 2.19 against 0.62)."""
     j = np.arange(k + 1)
     weights = stats.binom(k, 1.0 / n).pmf(j)
     keep = weights > 1e-18
