@@ -16,6 +16,12 @@ NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(
                     st.floats(0.01, 1.0), st.sampled_from([0.3, 1.0, 7.0, math.inf]))
 
 
+def _assert_names_one_of(error, *names):
+    """A refusal is one line naming the bad argument."""
+    message = str(error)
+    assert "\n" not in message and any(name in message for name in names), message
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rate=st.one_of(st.none(), NUMBERS), expected=st.one_of(st.none(), NUMBERS),
        batch=st.one_of(st.none(), st.integers(-2, 50)), clip=NUMBERS, noise=NUMBERS)
@@ -27,10 +33,8 @@ def test_minibatch_sgd_configurations(rate, expected, batch, clip, noise):
                                   **kwargs)
         statement = None if algorithm.privacy is None else algorithm.privacy([30, 20])
     except ValueError as error:
-        message = str(error)
-        assert "\n" not in message
-        assert any(name in message for name in ("sampling_rate", "expected_batch_size", "batch_size", "clip_norm",
-                                                "noise_multiplier")), message
+        _assert_names_one_of(error, "sampling_rate", "expected_batch_size", "batch_size", "clip_norm",
+                             "noise_multiplier")
         return
     if statement is None:   # a non-private configuration states nothing
         assert noise == 0 or not math.isfinite(clip)
@@ -52,10 +56,7 @@ def test_dp_fedavg_configurations(rate, expected, clip, noise, steps):
                               expected_clients=expected, clip_norm=clip, noise_multiplier=noise)
         statement = None if algorithm.privacy is None else algorithm.privacy([30, 20])
     except ValueError as error:
-        message = str(error)
-        assert "\n" not in message
-        assert any(name in message for name in ("client_rate", "expected_clients", "clip_norm", "noise_multiplier",
-                                                "local_steps")), message
+        _assert_names_one_of(error, "client_rate", "expected_clients", "clip_norm", "noise_multiplier", "local_steps")
         return
     if statement is not None:    # user-level DP: one client added or removed, over a public expected count
         assert statement.relation.name == ADD and statement.level == "client"

@@ -1,5 +1,5 @@
 """Privacy accounting of DP-REC (Triastcyn, Reisser & Louizos, "DP-REC: Private & Communication-Efficient
-Federated Learning"; digest ``shared/spec/seed-004.md`` §3 Alg. 7, §4).
+Federated Learning", 2021; Alg. 7, §4).
 
 DP-REC adds no noise: a client clips its update to ``C = c sigma`` and sends the index of one of
 ``K = 2^b`` samples of the shared prior ``p = N(0, sigma^2 I)``, drawn with weights ``q/p`` where

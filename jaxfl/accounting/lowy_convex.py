@@ -1,7 +1,7 @@
 """Lowy & Razaviyayn's noise calibrations (Lowy & Razaviyayn, ISRL-DP federated learning, convex losses).
 
 Each function is the paper's formula exactly, with the ranges its proof needs checked (``ValueError``
-naming the value otherwise). Digest: ``shared/spec/seed-000.md`` §3 and §7.1 item 6. All sigmas are
+naming the value otherwise). Lowy & Razaviyayn 2023, §3 and App. D. All sigmas are
 the standard deviation of the Gaussian noise a silo adds to its *minibatch-mean* gradient, in the
 units of ``L`` (the Lipschitz constant, or a per-example clip norm). Functions broadcast over NumPy
 arrays, so per-silo budgets (Alg. 7: ``n_i, epsilon_i, delta_i``) are one call.

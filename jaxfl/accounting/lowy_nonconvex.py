@@ -1,5 +1,5 @@
 """Lowy et al.'s noise calibrations (Lowy, Ghafelebashi & Razaviyayn, "Private Non-Convex Federated Learning
-Without a Trusted Server", AISTATS 2023). Digest: ``shared/spec/seed-002.md`` §3, §4, §6, §9.
+Without a Trusted Server", AISTATS 2023). Sections cited are the paper's (§3, §4, §6, §9).
 
 Each function is one formula of the paper, as the digest gives it. Where the digest flags a typo the
 default is the corrected formula and ``printed=True`` (or the keyword named in the docstring) gives the

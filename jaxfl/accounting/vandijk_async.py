@@ -1,6 +1,5 @@
 """van Dijk et al.'s privacy analysis (van Dijk et al., "Asynchronous Federated Learning with Reduced Number of
-Rounds and with Differential Privacy from Less Aggregated Gaussian Noise", 2020). Digest:
-``shared/spec/seed-003.md`` §8.
+Rounds and with Differential Privacy from Less Aggregated Gaussian Noise", 2020), its privacy section.
 
 The mechanism: in round ``i`` client ``c`` draws ``s_i`` of its ``N_c`` records (uniformly, with
 replacement), sums their gradients clipped to ``C`` and adds ``N(0, C^2 sigma_i^2 I)`` to the sum once. The

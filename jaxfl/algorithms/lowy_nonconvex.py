@@ -73,7 +73,7 @@ SAMPLINGS = ("with_replacement", "one_pass", "full")
 
 
 class VarianceReducedState(NamedTuple):
-    """Server state of the seed-002 algorithms.
+    """Server state of Lowy, Ghafelebashi & Razaviyayn's algorithms.
 
     Attributes:
       params: the current iterate ``w_r``.
@@ -205,7 +205,7 @@ def _check_common(kind, period, sampling, output, restart_length):
 def _variance_reduced(*, kind: str, period, mechanism: _Mechanism, step_size, prox, sampling: str,
                       fresh_sampler: local.Sampler, diff_sampler: local.Sampler, clip_norm, smoothness,
                       silos_per_round, output: str, restart_length, privacy, name: str) -> FederatedAlgorithm:
-    """The round program of every seed-002 algorithm (see the module docstring).
+    """The round program of every algorithm of Lowy, Ghafelebashi & Razaviyayn (see the module docstring).
 
     ``kind="spider"``: round ``r`` is a checkpoint (fresh part only) when ``r % period == 0``, else a
     difference against ``w_{r-1}``; ``h_r`` is the fresh mean or ``h_{r-1}`` plus the difference mean.

@@ -104,7 +104,7 @@ def standardize(train, *others, columns: Sequence[int] | None = None, ddof: int 
       train: ``[n, *feature_shape]``. others: arrays with the same feature shape.
       columns: standardise only these columns of 2-D data (Lowy & Razaviyayn: age and bmi of insurance;
         Age, Height, Weight, CH2O, TUE of obesity); the rest pass unchanged.
-      ddof: ``0`` (sklearn's StandardScaler) or ``1`` (pandas ``.std()``, which the seed-000 code uses).
+      ddof: ``0`` (sklearn's StandardScaler) or ``1`` (pandas ``.std()``, which Lowy & Razaviyayn's code uses).
 
     Columns with zero standard deviation (a bias column, a constant pixel) pass unchanged.
 

@@ -14,7 +14,7 @@ Two shuffle-DP tools that Lowy & Razaviyayn (2023) use without a trusted server:
   randomizers, for Lowy & Razaviyayn's Shuffled Noisy MB-SGD (Thm 5.1), after Feldman, McMillan, Talwar,
   "Hiding among the clones" (FOCS 2021). ``dp_accounting`` 0.6.0 has no shuffle module, so it is here.
 
-Fixes to the seed-000 pseudocode (digest §7.3 item 9), each marked ``FIX`` in the code:
+Fixes to Lowy & Razaviyayn's pseudocode (its Alg. 6), each marked ``FIX`` in the code:
   1. the shifted coordinates ``x_j + L`` lie in ``[0, 2L]``, so the 1-D range is ``2L`` (not ``L``);
   2. re-centring a sum of ``U`` shifted vectors subtracts ``U * L`` (not ``L``);
   3. the analyzer's debiasing subtracts ``p * b * (number of users)``.
