@@ -112,6 +112,7 @@ class _Client(NamedTuple):
     sizes: np.ndarray        # [T, n] s_{i,c}
     sampling: str            # "replacement" (the paper's client) or "poisson" (the stated variant)
     chunk: int               # "poisson": records per gradient pass
+    records: Any = None      # "poisson": float64[n] public record counts N_c (None: each client's own count)
 
     def eta(self, rnd, h):
         t = jnp.asarray(self.before, jnp.float32)[rnd]
@@ -145,10 +146,12 @@ class _Client(NamedTuple):
         """The stated variant's steps: round ``rnd``'s records are split into ``s = s[rnd, silo]`` contiguous
         blocks and step ``h`` adds ``eta_i`` times the clipped gradients, at ``model`` (the round's start point,
         which no record of the round moves), of the records of block ``h`` that a Bernoulli(``q = s / N_c``)
-        draw keeps: over the round, a Poisson sample of rate ``q`` (each record in exactly one block)."""
+        draw keeps: over the round, a Poisson sample of rate ``q`` (each record in exactly one block). ``N_c`` is
+        the public ``records[silo]`` when given, else the client's own count."""
         size = jnp.asarray(self.sizes, jnp.int32)[rnd, silo]
         count = jnp.maximum(count, 1)
-        rate = size.astype(jnp.float32) / count.astype(jnp.float32)
+        public = count if self.records is None else jnp.asarray(self.records, jnp.float32)[silo]
+        rate = size.astype(jnp.float32) / jnp.asarray(public, jnp.float32)
         block = -(-x.shape[0] // int(self.sizes.min())) + 1        # the largest block of any round (static)
         eta = self.eta(rnd, 0)
 
@@ -175,7 +178,8 @@ class _Client(NamedTuple):
         return _tmap(lambda u: scale * u, gaussian_like(draw, params, 1.0))
 
 
-def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling="replacement", chunk=4) -> _Client:
+def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling="replacement", chunk=4,
+            records=None) -> _Client:
     if not isinstance(step_size, StepSize):
         raise ValueError(f"step_size must be a jaxfl.algorithms.async_schedules.StepSize, got {step_size!r}")
     checks.one_of("sampling", sampling, ("replacement", "poisson"))
@@ -192,7 +196,29 @@ def _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling="re
         z = z if z > 0 else 0
     sizes = np.asarray(sizes)
     before = np.concatenate([[0], np.cumsum(sizes.sum(axis=1))]).astype(np.float64)
-    return _Client(loss_fn, step_size, clip, z, before, int(sizes.shape[1]), sizes, sampling, chunk)
+    return _Client(loss_fn, step_size, clip, z, before, int(sizes.shape[1]), sizes, sampling, chunk,
+                   _public_records(records, sizes, sampling))
+
+
+def _public_records(records, sizes: np.ndarray, sampling: str):
+    """``records`` (an int for every client, or one per client) as ``float64[n]``, checked against the sizes."""
+    if records is None:
+        return None
+    if sampling != "poisson":
+        raise ValueError("records= sets the Poisson rate s_i / N_c of sampling='poisson'; the paper's client "
+                         "(sampling='replacement') draws from its own records")
+    n = sizes.shape[1]
+    values = np.broadcast_to(np.asarray(records, np.float64), (n,)) if np.ndim(records) == 0 else \
+        np.asarray(records, np.float64)
+    if values.shape != (n,) or not np.all(np.isfinite(values)) or np.any(values < 1) or \
+            np.any(values != np.round(values)):
+        raise ValueError(f"records must be one positive integer, or one per client ({n}), got {records!r}")
+    over = np.flatnonzero(sizes.max(axis=0) > values)
+    if over.size:
+        c = int(over[0])
+        raise ValueError(f"client {c}: a round's sample size {int(sizes[:, c].max())} exceeds its {int(values[c])} "
+                         f"public records (records=; sampling='poisson' needs s_i <= N_c)")
+    return values
 
 
 def _stack(tree, n):
@@ -211,7 +237,7 @@ def _server_scale(aggregation: str, n: int) -> float:
 
 def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: float = math.inf,
               noise_multiplier: float = 0.0, aggregation: str = "sum", sampling: str = "replacement",
-              chunk: int = 4, name: str = "async SGD") -> FederatedAlgorithm:
+              records=None, chunk: int = 4, name: str = "async SGD") -> FederatedAlgorithm:
     """van Dijk et al.'s asynchronous protocol on ``timeline`` (:func:`jaxfl.algorithms.async_timeline.simulate`):
     one engine round per slice (``rounds=timeline.num_slices``), clients vmapped. ``loss_fn(params, x, y)``
     is one record's loss; ``clip_norm`` (``inf``: no clipping) and ``noise_multiplier`` give Alg. 2.1's DP
@@ -225,10 +251,17 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
     records at a time), sends ``eta_i (sum of clipped gradients + N(0, (sigma C)^2 I))`` and starts the next
     round from its start point (or a broadcast accepted meanwhile) minus that message, so one record moves
     a round's sum by at most ``C``. Its privacy statement (finite ``clip_norm``): per client with records,
-    ``PoissonSampledDpEvent(q_i, GaussianDpEvent(sigma))`` at the slice where it sends round ``i``
-    (ISRL-DP, add/remove one record); needs per-round step sizes.
+    ``PoissonSampledDpEvent(q_i, GaussianDpEvent(sigma))`` at the slice where it sends round ``i`` (ISRL-DP);
+    needs per-round step sizes.
+
+    ``records`` (``sampling="poisson"``): the public ``N_c`` the rate is set with, one int for every client or
+    one per client, fixed before the data are seen (the design's record counts). With it the rate is the same on
+    neighbouring datasets and the statement is **add/remove-one record** (the smaller epsilon; what
+    ``"rdp"`` accounts). Without it the rate is ``s_i`` over the client's own count, which a record added or
+    removed changes, so the statement is **replace-one record** with the counts public (accounted by ``"pld"``;
+    ``"rdp"`` refuses Poisson under replace-one).
     """
-    client = _client(loss_fn, timeline.sizes, step_size, clip_norm, noise_multiplier, sampling, chunk)
+    client = _client(loss_fn, timeline.sizes, step_size, clip_norm, noise_multiplier, sampling, chunk, records)
     n, outbox, ring = client.num_clients, int(timeline.outbox), int(timeline.ring)
     scale = _server_scale(aggregation, n)
     poisson = sampling == "poisson"
@@ -312,8 +345,10 @@ def async_sgd(loss_fn, timeline: Timeline, *, step_size: StepSize, clip_norm: fl
 def _send_privacy(timeline: Timeline, client: _Client):
     """``counts -> RoundPrivacy`` of the stated variant: per client with records, a ``RoundScheduleDpEvent``
     over the slices releasing ``PoissonSampledDpEvent(s_{i,c} / N_c, Gaussian(sigma))`` where it sends round
-    ``i`` and nothing elsewhere (add/remove one record)."""
-    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    ``i`` and nothing elsewhere: add/remove one record with the public ``records``, else replace-one (the rate
+    is set from the client's own count)."""
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE if client.records is not None else \
+        dp_accounting.NeighboringRelation.REPLACE_ONE
     sends = np.asarray(timeline.sends, bool)
     nothing = dp_accounting.NoOpDpEvent()
 
@@ -323,7 +358,7 @@ def _send_privacy(timeline: Timeline, client: _Client):
         for c, records in enumerate(np.asarray(counts)):
             if records <= 0:
                 continue
-            rates = client.sizes[:, c] / float(records)
+            rates = client.sizes[:, c] / float(records if client.records is None else client.records[c])
             if np.any(rates > 1):
                 raise ValueError(f"client {c}: a round's sample size {int(client.sizes[:, c].max())} exceeds its "
                                  f"{int(records)} records (sampling='poisson' needs s_i <= N_c)")
@@ -337,16 +372,16 @@ def _send_privacy(timeline: Timeline, client: _Client):
 
 
 def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf, noise_multiplier: float = 0.0,
-             aggregation: str = "sum", sampling: str = "replacement", chunk: int = 4,
+             aggregation: str = "sum", sampling: str = "replacement", records=None, chunk: int = 4,
              name: str = "sync SGD") -> FederatedAlgorithm:
     """The same clients in synchronous rounds: round ``i`` starts every client from ``v_hat``, runs its
-    ``sizes[i, c]`` steps (``sampling`` as in :func:`async_sgd`) and round noise, and the server subtracts
+    ``sizes[i, c]`` steps (``sampling`` and ``records`` as in :func:`async_sgd`) and round noise, and the server subtracts
     the clients' messages in client order (scaled by ``1/n`` with ``aggregation="mean"``).
     ``rounds=sizes.shape[0]``; a reference, it states no privacy."""
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.ndim != 2 or np.any(sizes < 1):
         raise ValueError(f"sizes must be a [rounds, clients] array of sizes >= 1, got shape {sizes.shape}")
-    client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling, chunk)
+    client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling, chunk, records)
     n = client.num_clients
     scale = _server_scale(aggregation, n)
 

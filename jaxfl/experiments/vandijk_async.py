@@ -182,7 +182,7 @@ def _build(static: dict, *, epsilon, learning_rate, noise_multiplier=0.0, beta=0
     eta = AS.StepSize(static["step_kind"], learning_rate, beta, static["step_per"])
     return async_sgd(_loss(static["problem"], static["records"]), timeline, step_size=eta,
                      clip_norm=static["clip"], noise_multiplier=noise_multiplier, aggregation=static["aggregation"],
-                     sampling=static.get("sampling", "replacement"))
+                     sampling=static.get("sampling", "replacement"), records=static.get("client_records"))
 
 
 def _static(study, trial, problem, schedule, step_kind="constant", step_per="rounds", clip=math.inf, t=0):
@@ -192,8 +192,10 @@ def _static(study, trial, problem, schedule, step_kind="constant", step_per="rou
             ("step_kind", step_kind), ("step_per", step_per), ("clip", clip),
             ("aggregation", study.settings.get("aggregation", "sum")),
             ("records", int(np.sum(np.asarray(trial.train.counts))))) + (
-        # the client's sampling, named only when not the paper's (the stated variant): earlier parts stay valid
-        (("sampling", study["client_sampling"]),)
+        # the client's sampling, named only when not the paper's (the stated variant, whose rate s_i / N_c takes
+        # the clients' record counts as public, fixed in advance: add/remove-one): earlier parts stay valid
+        (("sampling", study["client_sampling"]),
+         ("client_records", tuple(int(c) for c in np.asarray(trial.train.counts))))
         if study.settings.get("client_sampling", "replacement") != "replacement"
         else ())
 
@@ -753,7 +755,8 @@ def _dp_study(name: str, problems: tuple, init, description: str, settings: dict
         variants={"stated": {
             "settings": {"client_sampling": "poisson", "delta": DP["delta"]}, "families": (_dp_family("rdp"),),
             "config": {"note": "the stated client (async_sgd(sampling='poisson')): every gradient of a round at its "
-                               "start point, a Poisson sample of rate s_i / N_c; epsilon_spent is jaxfl's statement "
+                               "start point, a Poisson sample of rate s_i / N_c with the clients' record counts public "
+                               "(records=N_c: add/remove-one); epsilon_spent is jaxfl's statement "
                                "(the ledger over each client's rounds, worst client, at delta 5.5e-8)"}}})
 
 

@@ -3,6 +3,7 @@ as configured) and the compiled run (equal to synchronous rounds where the proto
 the server sums; clients end on the last broadcast)."""
 import math
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -206,6 +207,22 @@ def test_poisson_variant_samples_each_record_at_rate_s_over_n():
     assert abs(mean - 5.0) < 4 * std_err
 
 
+def test_public_records_fix_the_rate_and_the_relation(data):
+    """records= equal to the counts runs the same rounds bitwise (the rate is s_i / N_c either way) and states
+    add/remove-one; bad values are refused by name."""
+    counts = np.asarray(data.counts)
+    tl = AT.simulate(SIZES, AT.draw_timing(N, 4, seed=3), lookahead=1)
+    own, public = (AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=1.0,
+                                sampling="poisson", records=r) for r in (None, counts))
+    assert _equal(_run(own, data, tl.num_slices).params, _run(public, data, tl.num_slices).params)
+    assert public.privacy(counts).relation is dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    for bad in (0, [40, 40], 2.5, [40, 40, math.nan]):
+        with pytest.raises(ValueError, match="records must be"):
+            AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, sampling="poisson", records=bad)
+    with pytest.raises(ValueError, match="sampling='poisson'"):
+        AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, records=40)
+
+
 @pytest.mark.slow
 def test_poisson_variant_one_record_moves_a_rounds_message_by_at_most_2_eta_c(data):
     """Replace one record of client 0 by an outlier: the first round's messages (no noise) change by at most
@@ -230,10 +247,10 @@ def test_poisson_variant_states_the_tight_epsilon_of_its_rounds(data):
     from jaxfl.accounting import vandijk_async as acct
 
     tl = AT.simulate(SIZES, AT.draw_timing(N, 4, seed=3, speed_spread=0.6, mean_delay=5.0), lookahead=1)
-    algorithm = AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0,
-                             sampling="poisson")
-    result = train(algorithm, data, PARAMS, rounds=tl.num_slices, key=0, delta=1e-5, progress=False)
     counts = np.asarray(data.counts)
+    algorithm = AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0,
+                             sampling="poisson", records=counts)
+    result = train(algorithm, data, PARAMS, rounds=tl.num_slices, key=0, delta=1e-5, progress=False)
     expected = [acct.tight_epsilon(SIZES[:, c], int(counts[c]), 2.0, 1e-5) for c in range(N)]
     ledger = make_ledger(algorithm, counts).record(tl.num_slices)
     np.testing.assert_allclose(ledger.epsilons(1e-5), expected, rtol=1e-9)   # client 0 has the fewest records
@@ -241,7 +258,11 @@ def test_poisson_variant_states_the_tight_epsilon_of_its_rounds(data):
     assert AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0).privacy is None
     assert AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, sampling="poisson").privacy is None
     with pytest.raises(ValueError, match="exceeds"):
-        algorithm.privacy(np.array([3, 30, 30]))
+        AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, sampling="poisson", records=[3, 30, 30])
+    own = AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0, sampling="poisson")
+    assert own.privacy(counts).relation is dp_accounting.NeighboringRelation.REPLACE_ONE  # the rate from the count
+    with pytest.raises(ValueError, match="exceeds"):
+        own.privacy(np.array([3, 30, 30]))
     with pytest.raises(ValueError, match="per='rounds'"):
         AD.async_sgd(logistic, tl, step_size=AS.step_size("inverse", 0.1, 0.01, per="iterations"), clip_norm=1.0,
                      sampling="poisson")

@@ -14,7 +14,8 @@ A lower bound above the epsilon the algorithm's own accountant claims for the sa
 stated confidence) that the claim is false. A lower bound below it proves nothing, unless the same game catches
 a sabotaged variant (:data:`SABOTAGES`): noise halved, clipping off, a data-dependent denominator under
 add/remove-one, a noise key reused across rounds. ``jaxfl audit NAME`` runs the named audits of
-:data:`AUDITS`; the tests run every one of them and every sabotage.
+:data:`AUDITS` (:mod:`jaxfl.audit.catalogue`: one per DP mechanism jaxfl states); the tests run every one of
+them and every sabotage.
 
 The canary's gradient is a known direction: the game's loss is ``-<w, x>`` (per-record gradient ``-x``), the
 background records are zero (they contribute nothing) and the canary is ``x = 100 C e_0``, clipped to
@@ -25,23 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxfl import checks
 from jaxfl.accounting.events import as_relation
 from jaxfl.data.federated import FederatedData
-from jaxfl.engine import local
 from jaxfl.engine.driver import make_ledger
 from jaxfl.engine.protocol import FederatedAlgorithm, initial_state, schedule_length
-from jaxfl.engine.rounds import make_round
 from jaxfl.privacy import keys as keys_lib
-from jaxfl.privacy.noise import unit_noise_like
 
 ADD_OR_REMOVE_ONE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
@@ -278,188 +275,4 @@ def audit(algorithm: FederatedAlgorithm, game: CanaryGame, *, runs: int = 20_000
                        game.relation.name.lower(), int(runs), int(rounds))
 
 
-# ------------------------------------------------------------------------------------------------
-# Named audits and sabotages
-
-RATE, NOISE, CLIP, BACKGROUND, DELTA = 0.3, 1.5, 1.0, 4, 1e-3
-"""The named audits' setting: Poisson rate 0.3 (records, or clients), noise multiplier 1.5, clip 1, four
-background records (or clients); claims are the PLD accountant's (the tightest jaxfl states) at delta 1e-3:
-0.81 for one round under add/remove-one, 1.12 under replace-one."""
-
-
-class Audit(NamedTuple):
-    """A named audit: ``build() -> (algorithm, game)``, the accountant of its claim and its rounds."""
-
-    build: Callable[[], tuple]
-    accountant: str = "pld"
-    rounds: int = 1
-    about: str = ""
-
-
-def _minibatch_sgd(expected: bool, **overrides):
-    from jaxfl.algorithms import minibatch_sgd
-
-    kwargs = dict(server_opt=optax.sgd(1.0), sampling_rate=RATE, clip_norm=CLIP, noise_multiplier=NOISE,
-                  expected_batch_size=RATE * (BACKGROUND + 1) if expected else None, microbatch=None)
-    return minibatch_sgd(linear_loss, **{**kwargs, **overrides})
-
-
-def _local_sgd(**overrides):
-    from jaxfl.algorithms import local_sgd
-
-    kwargs = dict(client_opt=optax.sgd(1.0), local_steps=2, sampling_rate=RATE, clip_norm=CLIP,
-                  noise_multiplier=NOISE, expected_batch_size=RATE * (BACKGROUND + 1), microbatch=None)
-    return local_sgd(linear_loss, **{**kwargs, **overrides})
-
-
-def _dp_fedavg(**overrides):
-    from jaxfl.algorithms import dp_fedavg
-
-    kwargs = dict(client_opt=optax.sgd(1.0), local_steps=1, client_rate=RATE, expected_clients=RATE * (BACKGROUND + 1),
-                  clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
-    return dp_fedavg(linear_loss, **{**kwargs, **overrides})
-
-
-def _personalized(noise_on: str = "all"):
-    from jaxfl.algorithms import personalized
-
-    return personalized(linear_loss, shared={"w": "shared", "head": "private"}, client_opt=optax.sgd(1.0),
-                        local_steps=1, sampling_rate=RATE, expected_batch_size=RATE * (BACKGROUND + 1), clip_norm=CLIP,
-                        noise_multiplier=NOISE, noise_on=noise_on, shared_gradient_at="initial", microbatch=None)
-
-
-def _noisy_minibatch_sgd(**overrides):
-    from jaxfl.algorithms import lowy_convex
-
-    kwargs = dict(step_size=1.0, batch_size=2, clip_norm=CLIP, noise_multiplier=10.0, microbatch=None)
-    return lowy_convex.noisy_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
-
-
-def _noisy_prox_gd(**overrides):
-    from jaxfl.algorithms import lowy_nonconvex
-
-    kwargs = dict(step_size=1.0, clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
-    return lowy_nonconvex.noisy_prox_gd(linear_loss, **{**kwargs, **overrides})
-
-
-def _record_game(relation=ADD_OR_REMOVE_ONE):
-    return canary_game(level="record", relation=relation, background=BACKGROUND, clip_norm=CLIP)
-
-
-AUDITS = {
-    "minibatch_sgd": Audit(lambda: (_minibatch_sgd(True), _record_game()), "pld", 1,
-                           "Poisson rate 0.3, z 1.5, expected_batch_size fixed: add/remove-one record"),
-    "minibatch_sgd_replace_one": Audit(lambda: (_minibatch_sgd(False), _record_game(REPLACE_ONE)), "pld", 1,
-                                       "the same divided by the silo's own size: replace-one record"),
-    "local_sgd": Audit(lambda: (_local_sgd(), _record_game()), "pld", 1,
-                       "2 local steps of DP-SGD per round, expected_batch_size fixed: add/remove-one record"),
-    "dp_fedavg": Audit(lambda: (_dp_fedavg(), canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
-                       "pld", 1, "client rate 0.3, z 1.5, expected_clients fixed: add/remove-one client"),
-    "personalized": Audit(lambda: (_personalized(), _record_game().with_parameters(head=jnp.zeros(1))), "pld", 1,
-                          "shared body and a private head, noise on both, expected_batch_size fixed: add/remove-one"),
-    "personalized_joint": Audit(lambda: (_personalized("shared"), _record_game().with_parameters(head=jnp.zeros(1))),
-                                "pld", 1, "joint DP: noise on the shared part, taken at the head's public initial "
-                                          "value: add/remove-one record, from the other silos"),
-    "noisy_minibatch_sgd": Audit(lambda: (_noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy", 1,
-                                 "Lowy & Razaviyayn's noisy MB-SGD, K = 2 draws with replacement, z 10: replace-one, "
-                                 "closed-form accountant"),
-    "noisy_minibatch_sgd_pld": Audit(lambda: (_noisy_minibatch_sgd(noise_multiplier=3.0), _record_game(REPLACE_ONE)),
-                                     "pld", 1, "the same with z 3, claimed by the PLD of draws with replacement"),
-    "noisy_prox_gd": Audit(lambda: (_noisy_prox_gd(), _record_game(REPLACE_ONE)), "pld", 1,
-                           "Lowy, Ghafelebashi & Razaviyayn's noisy prox-GD: the full batch's noisy clipped sum "
-                           "over n_i, z 1.5: replace-one record"),
-}
-"""The audits ``jaxfl audit NAME`` runs: name -> :class:`Audit`."""
-
-
-class _StaleNoise(NamedTuple):
-    params: Any
-    first_key: jax.Array  # the key data of round 0's noise key, kept for every later round
-    round: jax.Array
-
-
-def _noise_key_reused(expected_batch_size: float):
-    """Minibatch SGD on one silo that keeps drawing its noise from round 0's key (its Poisson samples stay
-    fresh): two rounds' releases then differ by the canary's contributions without noise. A sabotage, not an
-    algorithm."""
-    from jaxfl.algorithms.common import safe_mean
-    from jaxfl.engine.participation import resolve
-
-    sampler = local.make_sampler(sampling_rate=RATE, expected_batch_size=expected_batch_size, microbatch=None)
-    noise_key = lambda silo_key: keys_lib.step_key(silo_key, 0, keys_lib.Purpose.NOISE)  # noqa: E731
-
-    def client(sent, x, y, count, silo_key):
-        params, first_key, r = sent
-        key = jnp.where(r == 0, jax.random.key_data(noise_key(silo_key)), first_key)
-        mask = sampler.draw(keys_lib.step_key(silo_key, 0, keys_lib.Purpose.MINIBATCH), count, x.shape[0])
-        noise = unit_noise_like(jax.random.wrap_key_data(key), params, NOISE)
-        return local.noisy_gradient(linear_loss, params, x, y, count, silo_key, 0, sampler=sampler, clip_norm=CLIP,
-                                    noise_multiplier=NOISE, drawn=(mask, noise))
-
-    def server(state, summed, ctx):
-        mean = safe_mean(summed, ctx.total_weight)
-        first = jax.random.key_data(noise_key(keys_lib.silo_key(ctx.round_key, 0)))
-        first = jnp.where(state.round == 0, first, state.first_key)
-        return _StaleNoise(jax.tree_util.tree_map(jnp.subtract, state.params, mean), first, state.round + 1), {}
-
-    def init(params):
-        blank = jax.random.key_data(keys_lib.as_key(0))
-        return _StaleNoise(params, jnp.zeros_like(blank), jnp.zeros([], jnp.int32))
-
-    return FederatedAlgorithm(init, make_round(client, server, resolve(None),
-                                               broadcast=lambda s: (s.params, s.first_key, s.round)),
-                              name="noise_key_reused")
-
-
-class Sabotage(NamedTuple):
-    """A sabotaged variant held to an honest algorithm's claim: ``build() -> (sabotaged, honest, game)``."""
-
-    build: Callable[[], tuple]
-    accountant: str = "pld"
-    rounds: int = 1
-    about: str = ""
-
-
-SABOTAGES = {
-    "noise_halved": Sabotage(lambda: (_minibatch_sgd(True, noise_multiplier=NOISE / 2), _minibatch_sgd(True),
-                                      _record_game()), about="minibatch_sgd with z halved"),
-    "clipping_off": Sabotage(lambda: (_minibatch_sgd(True, clip_norm=CANARY_SCALE * CLIP,
-                                                     noise_multiplier=NOISE / CANARY_SCALE),
-                                      _minibatch_sgd(True), _record_game()),
-                             about="minibatch_sgd with the clip 100x looser (the same noise std)"),
-    "own_size_denominator": Sabotage(lambda: (_minibatch_sgd(False), _minibatch_sgd(True), _record_game()),
-                                     about="minibatch_sgd divided by rate * n_i, claimed add/remove-one"),
-    "noise_key_reused": Sabotage(lambda: (_noise_key_reused(RATE * (BACKGROUND + 1)), _minibatch_sgd(True),
-                                          _record_game()), rounds=2,
-                                 about="minibatch_sgd whose noise key is reused across rounds"),
-    "noisy_minibatch_sgd_clipping_off": Sabotage(
-        lambda: (_noisy_minibatch_sgd(clip_norm=CANARY_SCALE * CLIP, noise_multiplier=10.0 / CANARY_SCALE),
-                 _noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy",
-        about="noisy MB-SGD (draws with replacement) with the clip 100x looser, the same noise std"),
-    "dp_fedavg_noise_halved": Sabotage(lambda: (_dp_fedavg(noise_multiplier=NOISE / 2), _dp_fedavg(),
-                                                canary_game(level="client", background=BACKGROUND, clip_norm=CLIP)),
-                                       about="dp_fedavg with z halved"),
-    "noisy_minibatch_sgd_pld_noise_reduced": Sabotage(
-        lambda: (_noisy_minibatch_sgd(noise_multiplier=0.75), _noisy_minibatch_sgd(noise_multiplier=3.0),
-                 _record_game(REPLACE_ONE)), "pld",
-        about="noisy MB-SGD (draws with replacement) with z 0.75, held to the PLD claim of z 3"),
-    "noisy_prox_gd_noise_halved": Sabotage(lambda: (_noisy_prox_gd(noise_multiplier=NOISE / 2), _noisy_prox_gd(),
-                                                    _record_game(REPLACE_ONE)),
-                                           about="noisy prox-GD with z halved"),
-}
-"""Sabotaged variants and the honest claims they are held to: name -> :class:`Sabotage`."""
-
-
-def run_named(name: str, *, runs: int = 20_000, delta: float = DELTA, key=0) -> AuditResult:
-    """Runs :data:`AUDITS` ``[name]`` or :data:`SABOTAGES` ``[name]``."""
-    if name in AUDITS:
-        spec = AUDITS[name]
-        algorithm, game = spec.build()
-        return audit(algorithm, game, runs=runs, rounds=spec.rounds, delta=delta, accountant=spec.accountant,
-                     key=key, name=name)
-    if name in SABOTAGES:
-        spec = SABOTAGES[name]
-        sabotaged, honest, game = spec.build()
-        return audit(sabotaged, game, runs=runs, rounds=spec.rounds, delta=delta, accountant=spec.accountant,
-                     key=key, claim=honest, name=name)
-    raise ValueError(f"unknown audit {name!r}; known: {', '.join(sorted(AUDITS) + sorted(SABOTAGES))}")
+from jaxfl.audit.catalogue import AUDITS, DELTA, SABOTAGES, Audit, Sabotage, run_named  # noqa: E402,F401
