@@ -148,17 +148,17 @@ def _ansgd(**overrides):
     return joint_dp.ansgd(linear_loss, **{**kwargs, **overrides})
 
 
-DPREC_DIM = 256
+DPREC_DIM = 64
 
 
 def _dp_rec(**overrides):
-    """DP-REC on a 256-parameter client game: 64 index bits (8 blocks of 32 entries, 8 bits each), so that the
+    """DP-REC on a 64-parameter client game: 64 index bits (8 blocks of 8 entries, 8 bits each), so that the
     importance-sampling term ``12 e^{c^2} / 2^64`` on delta is negligible (7 bits would exceed any delta)."""
     from jaxfl.algorithms import dprec
     from jaxfl.compression import rec
 
     kwargs = dict(params={"w": jnp.zeros(DPREC_DIM, jnp.float32)}, client_opt=optax.sgd(1.0), clients_per_round=2,
-                  batch_size=1, prior_std=0.05, clip_multiplier=0.5, layout=rec.fixed_size(DPREC_DIM, 32, 8),
+                  batch_size=1, prior_std=0.05, clip_multiplier=0.5, layout=rec.fixed_size(DPREC_DIM, 8, 8),
                   microbatch=None)
     return dprec.dp_rec(linear_loss, **{**kwargs, **overrides})
 
