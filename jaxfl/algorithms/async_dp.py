@@ -375,8 +375,8 @@ def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf
              aggregation: str = "sum", sampling: str = "replacement", records=None, chunk: int = 4,
              name: str = "sync SGD") -> FederatedAlgorithm:
     """The same clients in synchronous rounds: round ``i`` starts every client from ``v_hat``, runs its
-    ``sizes[i, c]`` steps (``sampling`` and ``records`` as in :func:`async_sgd`) and round noise, and the server subtracts
-    the clients' messages in client order (scaled by ``1/n`` with ``aggregation="mean"``).
+    ``sizes[i, c]`` steps (``sampling`` and ``records`` as in :func:`async_sgd`) and round noise, and the server
+    subtracts the clients' messages in client order (scaled by ``1/n`` with ``aggregation="mean"``).
     ``rounds=sizes.shape[0]``; a reference, it states no privacy."""
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.ndim != 2 or np.any(sizes < 1):

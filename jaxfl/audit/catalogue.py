@@ -148,6 +148,41 @@ def _ansgd(**overrides):
     return joint_dp.ansgd(linear_loss, **{**kwargs, **overrides})
 
 
+def _nssgd(**overrides):
+    from jaxfl.algorithms import joint_dp
+
+    kwargs = dict(shared={"w": "shared", "head": "private"}, learning_rate=1.0, tau=CLIP, bound=CLIP,
+                  noise_multiplier=4.0, separable=True)
+    return joint_dp.nssgd(linear_loss, **{**kwargs, **overrides})
+
+
+def _user_game():
+    """The record game with every record a user of its own (``group_by_user(..., 1)``): the canary is a user."""
+    from jaxfl.data.users import group_by_user
+
+    game = _with_head(_record_game(REPLACE_ONE))
+    return game._replace(inside=group_by_user(game.inside, 1), outside=group_by_user(game.outside, 1))
+
+
+SDP_DIM = 16
+
+
+def _sdp_prox_sgd(**overrides):
+    """SDP prox-SGD on a 16-parameter game (P_vec's bound composes over the coordinates), one pass in one batch,
+    P_vec calibrated by :func:`jaxfl.privacy.shuffle.pvec_parameters` to epsilon 2 for the silo's 5 reports."""
+    from jaxfl.algorithms import lowy_nonconvex
+
+    kwargs = dict(params={"w": jnp.zeros(SDP_DIM, jnp.float32)}, step_size=1.0, batch_size=BACKGROUND + 1,
+                  clip_norm=CLIP, shuffle_params=_sdp_prox_sgd_params(), silos_per_round=1)
+    return lowy_nonconvex.sdp_prox_sgd(linear_loss, **{**kwargs, **overrides})
+
+
+def _sdp_prox_sgd_params():
+    from jaxfl.privacy import shuffle
+
+    return shuffle.pvec_parameters(2.0, DELTA, BACKGROUND + 1, SDP_DIM)
+
+
 DPREC_DIM = 64
 
 
@@ -163,8 +198,8 @@ def _dp_rec(**overrides):
     return dprec.dp_rec(linear_loss, **{**kwargs, **overrides})
 
 
-def _record_game(relation=ADD_OR_REMOVE_ONE):
-    return canary_game(level="record", relation=relation, background=BACKGROUND, clip_norm=CLIP)
+def _record_game(relation=ADD_OR_REMOVE_ONE, dim: int = 1024):
+    return canary_game(level="record", relation=relation, background=BACKGROUND, clip_norm=CLIP, dim=dim)
 
 
 def _client_game(dim: int = 1024):
@@ -219,6 +254,12 @@ AUDITS = {
                        "(Poisson rate 0.4), z 1: add/remove-one record"),
     "ansgd": Audit(lambda: (_ansgd(), _with_head(_record_game(REPLACE_ONE))), "rdp", 1,
                    "Huang et al.'s A_NSGD: one record drawn, noise z 1.5 on the shared part: replace-one record"),
+    "nssgd": Audit(lambda: (_nssgd(), _user_game()), "rdp", 1,
+                   "Huang et al.'s A_NSSGD: the users' mean gradients through the winsorized private mean "
+                   "estimator (tau = bound = 1, z 4): replace-one user"),
+    "sdp_prox_sgd": Audit(lambda: (_sdp_prox_sgd(), _record_game(REPLACE_ONE, SDP_DIM)), "shuffle", 1,
+                          "SDP prox-SGD: the silo's 5 clipped gradients summed by P_vec (binomial noise bits, "
+                          "calibrated to epsilon 2): the silo's own guarantee, replace-one record"),
     "dp_rec": Audit(lambda: (_dp_rec(), _client_game(DPREC_DIM)), "dprec", 1,
                     "Triastcyn et al.'s DP-REC: B = 2 slots drawn with replacement from 5 clients, c = 0.5, 64 index "
                     "bits: add/remove-one client"),
@@ -305,8 +346,15 @@ SABOTAGES = {
         about="FedProx-SVRG with the clip 100x looser, the same noise std"),
     "async_sgd_noise_reduced": Sabotage(lambda: (_async_sgd(noise_multiplier=0.25), _async_sgd(), _record_game()),
                                         rounds=None, about="the asynchronous client with z 0.25, held to z 1's claim"),
-    "dp_rec_clipping_loosened": Sabotage(lambda: (_dp_rec(clip_multiplier=4.0), _dp_rec(), _client_game(DPREC_DIM)), "dprec",
-                                         about="DP-REC with c = 4, held to c = 0.5's claim"),
+    "nssgd_noise_reduced": Sabotage(lambda: (_nssgd(noise_multiplier=0.05), _nssgd(), _user_game()), "rdp",
+                                    about="A_NSSGD with the mean estimator's z 0.05, held to z 4's claim"),
+    "sdp_prox_sgd_noise_off": Sabotage(
+        lambda: (_sdp_prox_sgd(shuffle_params=_sdp_prox_sgd_params()._replace(trials=0)), _sdp_prox_sgd(),
+                 _record_game(REPLACE_ONE, SDP_DIM)), "shuffle",
+        about="SDP prox-SGD with P_vec's noise bits off, held to the calibrated claim"),
+    "dp_rec_clipping_loosened": Sabotage(
+        lambda: (_dp_rec(clip_multiplier=4.0), _dp_rec(), _client_game(DPREC_DIM)), "dprec",
+        about="DP-REC with c = 4, held to c = 0.5's claim"),
 }
 """Sabotaged variants and the honest claims they are held to: name -> :class:`Sabotage`."""
 

@@ -36,6 +36,8 @@ HONEST = [
     pytest.param("async_sgd", 2.004, id="async_sgd", marks=pytest.mark.slow),                              # 1.075
     pytest.param("ansgd", 3.233, id="ansgd", marks=pytest.mark.slow),                                      # 0.306
     pytest.param("dp_rec", 1.159, id="dp_rec", marks=pytest.mark.slow),                                    # 0.119
+    pytest.param("nssgd", 2.330, id="nssgd", marks=pytest.mark.slow),                                      # 0.000
+    pytest.param("sdp_prox_sgd", 1.999, id="sdp_prox_sgd", marks=pytest.mark.slow),                        # 0.019
 ]
 
 # (name, the bound the sabotage reaches at 20,000 runs, the floor asserted)
@@ -53,6 +55,8 @@ SABOTAGED = [
     pytest.param("fedprox_svrg_clipping_off", 5.0, id="fedprox_svrg_clipping_off", marks=pytest.mark.slow),    # 7.59
     pytest.param("async_sgd_noise_reduced", 4.0, id="async_sgd_noise_reduced", marks=pytest.mark.slow),      # 5.43
     pytest.param("dp_rec_clipping_loosened", 2.5, id="dp_rec_clipping_loosened", marks=pytest.mark.slow),    # 3.67
+    pytest.param("nssgd_noise_reduced", 3.5, id="nssgd_noise_reduced", marks=pytest.mark.slow),              # 4.62
+    pytest.param("sdp_prox_sgd_noise_off", 5.0, id="sdp_prox_sgd_noise_off", marks=pytest.mark.slow),        # 7.59
 ]
 
 
