@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 try:
     __version__ = version("jaxfl")
 except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.1.0"
+    __version__ = "0.2.0"
 
 from jaxfl import accounting, algorithms, data, engine, models, privacy
 from jaxfl.data.federated import FederatedData, from_silos

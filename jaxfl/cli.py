@@ -152,10 +152,11 @@ def _cmd_audit(args) -> int:
 
     names = sorted(audit.AUDITS) + sorted(audit.SABOTAGES)
     if args.list or not args.names:
+        width = max(map(len, names))
         for name in names:
             spec = audit.AUDITS.get(name) or audit.SABOTAGES[name]
             kind = "audit" if name in audit.AUDITS else "sabotage"
-            print(f"  {name:28s} {kind:9s} {spec.about}")
+            print(f"  {name:{width}s} {kind:9s} {spec.about}")
         return 0
     unknown = [n for n in args.names if n not in names]
     if unknown:
@@ -262,9 +263,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from dp_accounting import UnsupportedEventError
 
+    from jaxfl.extras import MissingExtraError
+
     try:
         code = args.func(args)
-    except (ValueError, FileNotFoundError, UnsupportedEventError) as e:
+    except (ValueError, FileNotFoundError, UnsupportedEventError, MissingExtraError) as e:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"jaxfl: error: {message}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from jaxfl.data.sources import locate
+from jaxfl.extras import require
 
 PathLike = str | os.PathLike | None
 
@@ -160,7 +161,7 @@ def load_libsvm(name: str, split: str = "train", *, labels: str = "01", data_dir
         ``"pm1"`` to ``int32`` -1/+1, ``"raw"`` keeps the file's values as ``float32``
         (±1 for a9a/w8a/ijcnn1, 0/1 for phishing).
     """
-    from sklearn.datasets import load_svmlight_file
+    load_svmlight_file = require("sklearn.datasets").load_svmlight_file
 
     if name not in LIBSVM_FEATURES:
         raise ValueError(f"unknown LIBSVM dataset {name!r} (known: {', '.join(LIBSVM_FEATURES)})")
@@ -330,17 +331,13 @@ def load_breast_cancer():
     Returns ``x: float32[569, 30]``, ``y: int32[569]`` with 0 = malignant (212), 1 = benign (357),
     scikit-learn's coding.
     """
-    from sklearn.datasets import load_breast_cancer as _load
-
-    d = _load()
+    d = require("sklearn.datasets").load_breast_cancer()
     return d.data.astype(np.float32), d.target.astype(np.int32)
 
 
 def load_digits():
     """scikit-learn's 8x8 digits: ``x: float32[1797, 64]`` in 0..16, ``y: int32[1797]`` in 0..9."""
-    from sklearn.datasets import load_digits as _load
-
-    d = _load()
+    d = require("sklearn.datasets").load_digits()
     return d.data.astype(np.float32), d.target.astype(np.int32)
 
 

@@ -17,7 +17,6 @@ import time
 import jax.numpy as jnp
 import numpy as np
 import optax
-from sklearn.model_selection import train_test_split
 
 from jaxfl.accounting import noise_multiplier_for
 from jaxfl.algorithms import local_sgd, minibatch_sgd
@@ -25,6 +24,7 @@ from jaxfl.data import iid, load_breast_cancer, standardize
 from jaxfl.experiments import registry, report, study as study_lib
 from jaxfl.experiments.report import Column, Curve, Figure, Report, Table
 from jaxfl.experiments.study import Family, Program, Select, Study, Trial
+from jaxfl.extras import require
 from jaxfl.models import binary_accuracy, init_linear, logistic_loss
 
 SILOS, ROUNDS, RATE, CLIP = 5, 60, 0.2, 1.0
@@ -35,7 +35,8 @@ DP, MB, FEDAVG = "ISRL-DP minibatch SGD", "minibatch SGD (non-private)", "FedAvg
 
 def _trial(study: Study, seed: int) -> Trial:
     x, y = load_breast_cancer()
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
+    split = require("sklearn.model_selection").train_test_split
+    x_tr, x_te, y_tr, y_te = split(x, y, test_size=0.2, random_state=seed, stratify=y)
     x_tr, x_te, _ = standardize(x_tr, x_te)
     data = iid(x_tr, y_tr, SILOS, seed=seed)
     return Trial(data, (jnp.asarray(x_te, jnp.float32), jnp.asarray(y_te)), 1.0 / np.asarray(data.counts, float) ** 2,

@@ -20,6 +20,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from jaxfl.extras import require
+
 # ------------------------------------------------------------------------------------------------
 # Layouts
 
@@ -543,12 +545,15 @@ def _paired_cell(p) -> str:
 # Figure
 
 
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (the ``studies`` extra)."""
+    require("matplotlib").use("Agg")
+    return require("matplotlib.pyplot")
+
+
 def figure(doc: dict, layout: Figure, path) -> None:
     """Metric against epsilon per panel, curves and reference lines as ``layout`` says."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     cells = _cells(doc)
     panels = _panels(doc)
@@ -618,10 +623,7 @@ def _finish_axes(ax, doc: dict, layout, panel: str) -> None:
 
 def rounds_figure(doc: dict, layout: RoundsFigure, path) -> None:
     """Learning curves per panel as ``layout`` says (runs without a ``curve`` are skipped)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     panels = [p for p in _panels(doc) if any(r.get("curve") and r.get("panel", "") == p for r in doc["runs"])]
     if not panels:
