@@ -46,12 +46,7 @@ from jaxfl.data.federated import from_silos  # noqa: E402
 
 def pytest_collection_modifyitems(config, items):
     """Full-size reproductions (``full``: hours) run only when ``-m`` names them: a ``-m`` that replaces the
-    default one (e.g. ``-m "not slow"``) would otherwise select them. The tests of one module that read the
-    session's quick reproductions (``quick_results``) run on one xdist worker (``--dist loadgroup``), so each
-    quick form runs once per session, not once per worker that asks for it."""
-    for item in items:
-        if "quick_results" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    default one (e.g. ``-m "not slow"``) would otherwise select them."""
     if "full" in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(reason="a full-size reproduction (hours): run with -m full")
