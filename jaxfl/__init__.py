@@ -14,7 +14,9 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 from jaxfl import accounting, algorithms, data, engine, models, privacy
 from jaxfl.data.federated import FederatedData, from_silos
+from jaxfl.algorithms import dp_fedavg, dp_sgd, local_sgd, minibatch_sgd
 from jaxfl.engine import FederatedAlgorithm, RoundPrivacy, sweep, train
 
-__all__ = ["FederatedData", "from_silos", "FederatedAlgorithm", "RoundPrivacy", "sweep", "train", "accounting",
+__all__ = ["FederatedData", "from_silos", "FederatedAlgorithm", "RoundPrivacy", "sweep", "train", "dp_sgd",
+           "dp_fedavg", "minibatch_sgd", "local_sgd", "accounting",
            "algorithms", "data", "engine", "models", "privacy", "__version__"]

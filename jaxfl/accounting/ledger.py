@@ -328,6 +328,8 @@ def _unsupported(accountant: str, event, relation) -> str:
                     "by the silo's own size: pass expected_batch_size= (a public constant fixed in advance) to the "
                     "algorithm for add/remove-one, or use accountant='pld'")
     elif isinstance(event, dp_accounting.SampledWithReplacementDpEvent):
-        message += (" (dp_accounting has no accountant for draws with replacement): use accountant='pld' under "
-                    "replace-one neighbours (tight), or accountant='lowy' (Lowy & Razaviyayn's closed forms)")
+        message += (" (batch_size= draws records with replacement, and dp_accounting has no accountant for that): "
+                    "sample by Poisson instead, sampling_rate= with expected_batch_size= (DP-SGD's sampling, "
+                    "add/remove-one, any accountant; jaxfl.dp_sgd for one dataset), or keep batch_size= with "
+                    "accountant='pld' (replace-one, tight) or accountant='lowy' (Lowy & Razaviyayn's closed forms)")
     return message

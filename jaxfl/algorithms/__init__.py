@@ -18,8 +18,8 @@ from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.algorithms.joint_dp import ansgd, nssgd
 from jaxfl.algorithms.personalized import personalized
 from jaxfl.algorithms.scaffold import scaffold
-from jaxfl.algorithms.sgd import local_sgd, minibatch_sgd
+from jaxfl.algorithms.sgd import dp_sgd, local_sgd, minibatch_sgd
 
 __all__ = ["ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "sync_sgd", "dp_fedavg", "dp_rec",
-           "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
+           "dp_sgd", "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
            "nssgd", "personalized", "prox", "scaffold"]

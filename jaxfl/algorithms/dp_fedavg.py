@@ -29,7 +29,7 @@ from jaxfl.privacy.noise import add_gaussian_noise
 
 def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int | None = None, client_rate,
               expected_clients, clip_norm, noise_multiplier, server_opt: optax.GradientTransformation | None = None,
-              batch_size: int | None = None, local_epochs: int | None = None, clients_per_pass: int | None = None,
+              batch_size: int | None = None, local_epochs: int | None = None, clients_per_pass="auto",
               microbatch="auto", name: str = "dp_fedavg") -> FederatedAlgorithm:
     """Builds DP-FedAvg.
 
@@ -47,8 +47,12 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
       clip_norm: ``C``, the L2 bound on each client's model delta.
       noise_multiplier: ``z``; noise std on the sum of clipped deltas is ``z C``.
       server_opt: applied to the noisy mean delta (default ``optax.sgd(1.0)``).
-      clients_per_pass: run only the sampled clients, this many at a time (see
-        :func:`jaxfl.engine.rounds.make_round`); ``None`` runs every client and weights non-participants 0.
+      clients_per_pass: the sampled clients (only those) run this many at a time, one block after another
+        (:func:`jaxfl.engine.rounds.make_round`): a round costs about as many client runs as clients were sampled.
+        ``"auto"`` (default): 1 on the CPU backend (a client's own products are as wide as a CPU uses; no
+        padding), ``ceil(expected_clients)`` on others (a public constant: no extra privacy statement) or every
+        client when ``expected_clients`` is traced; ``None``: every client runs, non-participants weighted 0
+        (what a sampled cohort cost before 0.2.0, ~1 / ``client_rate`` times the work).
       microbatch: each local step's gradient taken in slices of this many records: ``"auto"``
         (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
         (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
@@ -76,6 +80,7 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         checks.positive_int("local_steps", local_steps)
     sampler = local.make_sampler(batch_size, microbatch=microbatch)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
+    clients_per_pass = _clients_per_pass(clients_per_pass, expected_clients)
 
     def client(params, x, y, count, silo_key):
         def gradient(p, step, drawn):
@@ -110,3 +115,12 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     return FederatedAlgorithm(init=init_server(server_opt),
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass),
                               privacy=privacy, name=name)
+
+
+def _clients_per_pass(clients_per_pass, expected_clients):
+    """:func:`dp_fedavg`'s ``clients_per_pass``, ``"auto"`` resolved (see there)."""
+    if not (isinstance(clients_per_pass, str) and clients_per_pass == "auto"):
+        return clients_per_pass
+    if jax.default_backend() == "cpu":
+        return 1
+    return math.ceil(expected_clients) if isinstance(expected_clients, (int, float)) else None

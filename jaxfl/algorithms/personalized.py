@@ -80,7 +80,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
                  sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
                  silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current",
-                 chunk: int | None = None,
+                 chunk="auto",
                  microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Shared body + per-silo private parameters (FedPer-style joint local training; Huang et al.'s regimes).
 
@@ -90,7 +90,8 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
     private part and sends the shared delta only; the server applies ``server_opt`` (default
     ``optax.sgd(1.0)``) to the mean delta. ``state.params`` is the shared model (private leaves at their
     initial values); ``silo_params(state)`` is every silo's own model. With ``sampling_rate``, ``chunk``
-    takes the Poisson sample's gradients that many records at a time (:class:`jaxfl.engine.local.Sampler`);
+    takes the Poisson sample's gradients that many records at a time (``"auto"``, the default, as
+    :func:`jaxfl.engine.local.gather_chunk` decides; ``None``: every record under a mask);
     ``microbatch`` slices each step's clipped sums as in :func:`jaxfl.algorithms.sgd.minibatch_sgd`, and
     ``expected_batch_size`` (a public constant fixed in advance) is what a Poisson or full batch's clipped sum
     is divided by, which makes every statement below add/remove-one (without it the sum is divided by the
@@ -123,7 +124,8 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
         and its own data).
     """
     private = check_private_args(clip_norm, noise_multiplier)
-    sampler = local.make_sampler(batch_size, sampling_rate, chunk, microbatch=microbatch,
+    sampler = local.make_sampler(batch_size, sampling_rate, chunk if sampling_rate is not None else None,
+                                 microbatch=microbatch,
                                  expected_batch_size=expected_batch_size)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     num_steps = checks.positive_int("local_steps", local_steps)

@@ -22,7 +22,7 @@ from jaxfl.engine.rounds import make_round
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
                   sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
-                  silos_per_round=None, projection=None, microbatch="auto",
+                  silos_per_round=None, projection=None, microbatch="auto", chunk="auto",
                   name: str | None = None) -> FederatedAlgorithm:
     """Distributed minibatch SGD; with ``noise_multiplier > 0`` it is ISRL-DP noisy MB-SGD.
 
@@ -54,6 +54,10 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
         (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
         (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
         same result to float rounding, the same privacy.
+      chunk: with Poisson sampling, how many sampled records are gathered at a time: ``"auto"`` (default: the
+        sample's mean plus three standard deviations when the rate is at most 1/2, so a step costs O(sampled
+        records), not O(silo size); :func:`jaxfl.engine.local.gather_chunk`), an int, or ``None`` (every record
+        under a mask). Speed only: the same sample and sum to float rounding.
 
     Privacy (ISRL-DP: each silo's own transcript, for one record of that silo): per round, one sampled
     Gaussian with noise multiplier ``z`` on the silo's clipped sum (with ``PerRound`` rates, round ``r``'s
@@ -70,6 +74,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
     rates = _per_round_rates(sampling_rate.values) if scheduled else None
     sizes = _per_round_sizes(expected_batch_size, rates)
     sampler = local.make_sampler(batch_size, 1.0 if scheduled else sampling_rate, microbatch=microbatch,
+                                 chunk=chunk if sampling_rate is not None else None,
                                  expected_batch_size=1.0 if sizes is not None else expected_batch_size)
 
     shared_z, silo_z = per_silo_noise(noise_multiplier)
@@ -102,6 +107,52 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
     )
 
 
+def dp_sgd(loss_fn, *, optimizer: optax.GradientTransformation, expected_batch_size: float, num_records: int,
+           clip_norm: float, noise_multiplier: float, microbatch="auto", chunk="auto") -> FederatedAlgorithm:
+    """Central DP-SGD (Abadi et al.): one dataset, Poisson-sampled batches, per-example clipping, Gaussian noise.
+
+    :func:`minibatch_sgd` on one silo with ``sampling_rate = expected_batch_size / num_records``: each step
+    samples every record with that probability, sends ``(sum_j clip(grad f(w, x_j), C) + N(0, (z C)^2 I)) /
+    expected_batch_size`` to ``optimizer`` (as Opacus's and TF-Privacy's DP-SGD, fixed denominator). A step
+    gathers only the sampled records (``chunk``), so it costs O(``expected_batch_size``), not O(``num_records``).
+    Train it with :func:`jaxfl.train` on :func:`jaxfl.data.from_silos` ``([(x, y)])``, ``rounds`` being steps
+    (``epochs * num_records / expected_batch_size``); the result's ``params`` is the model and ``epsilon`` the
+    guarantee at the ``delta`` passed to ``train``.
+
+    Args:
+      loss_fn: per-example loss ``(params, x, y) -> scalar`` (one record, no batch axis), e.g.
+        :func:`jaxfl.models.per_example_loss` of a flax module.
+      optimizer: an optax transformation applied to the noisy mean gradient, e.g. ``optax.sgd(0.25)``.
+      expected_batch_size: ``b``, the expected records per step and the constant the noisy sum is divided by.
+      num_records: ``n``, the dataset size the rate ``b / n`` is set from, a public number fixed in advance.
+      clip_norm: ``C``, the per-example L2 clip. noise_multiplier: ``z`` (noise std ``z C`` on the sum).
+      microbatch, chunk: memory and speed only (:func:`minibatch_sgd`).
+
+    Privacy: record level, **add/remove-one** (a dataset with one record more or less), ``n`` public: each
+    step is a Poisson-subsampled Gaussian mechanism of rate ``b / n`` and noise multiplier ``z`` on a sum of
+    sensitivity ``C``, accounted by the RDP (default) or PLD accountant of ``train``.
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, optax, jaxfl
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.random.default_rng(0).normal(size=(1000, 5)).astype(np.float32)
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> algorithm = dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50, num_records=1000,
+      ...                    clip_norm=1.0, noise_multiplier=1.1)
+      >>> result = jaxfl.train(algorithm, jaxfl.from_silos([(x, y)]), init_linear(5), rounds=100, delta=1e-5,
+      ...                      progress=False)
+      >>> round(result.epsilon, 2), result.params["w"].shape
+      (3.31, (5,))
+    """
+    checks.positive_int("num_records", num_records)
+    checks.positive_float("expected_batch_size", expected_batch_size)
+    if expected_batch_size > num_records:
+        raise ValueError(f"expected_batch_size ({expected_batch_size}) must be at most num_records ({num_records})")
+    return minibatch_sgd(loss_fn, server_opt=optimizer, sampling_rate=expected_batch_size / num_records,
+                         expected_batch_size=expected_batch_size, clip_norm=clip_norm,
+                         noise_multiplier=noise_multiplier, microbatch=microbatch, chunk=chunk, name="dp_sgd")
+
+
 def _per_round_rates(values) -> np.ndarray:
     """``float32[rounds]`` Poisson rates, each in (0, 1] (the float32 values are the ones the rounds use and
     the privacy statement accounts)."""
@@ -127,14 +178,14 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
               server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
               sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
               silos_per_round=None,
-              projection=None, microbatch="auto", clients_per_pass: int | None = None,
+              projection=None, microbatch="auto", chunk="auto", clients_per_pass: int | None = None,
               name: str | None = None) -> FederatedAlgorithm:
     """Local SGD / FedAvg; with ``noise_multiplier > 0`` every local step is clipped and noised.
 
     Each participating silo runs ``local_steps`` steps of ``client_opt`` from the server model
     (under ``lax.scan``) and sends ``w - w_local``; the server applies ``server_opt`` (default
     ``optax.sgd(1.0)``, i.e. plain model averaging) to the mean of those deltas, then ``projection``
-    (see :func:`minibatch_sgd`; the other arguments, ``microbatch`` included, as there).
+    (see :func:`minibatch_sgd`; the other arguments, ``microbatch`` and ``chunk`` included, as there).
 
     ``clients_per_pass`` (optional, an int): the participants run that many at a time, one after another
     (:func:`jaxfl.engine.rounds.make_round`; not with one noise multiplier per silo), instead of all under
@@ -149,8 +200,8 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     :func:`minibatch_sgd`.
     """
     private = check_private_args(clip_norm, noise_multiplier)
-    sampler = local.make_sampler(batch_size, sampling_rate, microbatch=microbatch,
-                                 expected_batch_size=expected_batch_size)
+    sampler = local.make_sampler(batch_size, sampling_rate, chunk if sampling_rate is not None else None,
+                                 microbatch=microbatch, expected_batch_size=expected_batch_size)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     checks.positive_int("local_steps", local_steps)
 

@@ -28,18 +28,20 @@ from jaxfl.data.federated import FederatedData
 from jaxfl.engine import sharding
 from jaxfl.engine.checkpoint import Checkpointer
 from jaxfl.engine.metrics import MetricsWriter
-from jaxfl.engine.protocol import FederatedAlgorithm, initial_state, schedule_length, silo_models_of
+from jaxfl.engine.protocol import FederatedAlgorithm, SiloState, initial_state, schedule_length, silo_models_of
 from jaxfl.privacy import keys as keys_lib
 
 
 def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_key, start, num_rounds: int,
-               inputs=None):
+               inputs=None, on_round: Callable[[Any], None] | None = None):
     """Rounds ``start .. start + num_rounds - 1`` under ``lax.scan`` (pure; jit/vmap-able).
 
     Round ``r`` gets the key ``fold_in(root_key, r)`` and, for a scheduled algorithm, its inputs
     ``algorithm.schedule[r]``: ``inputs`` (leaves ``[num_rounds, ...]``) if given, else sliced from the
     schedule at ``start`` (which may be traced; the caller checks that the schedule is long enough, as
-    :func:`train` does). Returns ``(state, infos)`` with every info leaf stacked over rounds.
+    :func:`train` does). ``on_round(r)`` (optional) is called on the host as round ``r`` runs (a
+    ``jax.debug.callback``: progress, not results). Returns ``(state, infos)`` with every info leaf stacked over
+    rounds.
     """
     if algorithm.schedule is not None and inputs is None:
         inputs = jax.tree_util.tree_map(
@@ -48,6 +50,8 @@ def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_k
     def body(state, xs):
         r, round_inputs = xs
         key = keys_lib.round_key(root_key, r)
+        if on_round is not None:
+            jax.debug.callback(on_round, r)
         if algorithm.schedule is None:
             return algorithm.round(state, data, key)
         return algorithm.round(state, data, key, round_inputs)
@@ -100,6 +104,12 @@ class TrainResult:
     epsilon: float | None = None
     epsilons: np.ndarray | None = None
     ledger: Any = None
+
+    @property
+    def params(self):
+        """The trained model: the algorithm's shared parameters (``state.params``; for silo-state algorithms
+        the server's)."""
+        return (self.state.server if isinstance(self.state, SiloState) else self.state).params
 
 
 def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", *, central: bool = False):
@@ -167,6 +177,7 @@ class _TerminationGuard:
 
 def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds: int, key=0,
           eval_fn: Callable[[Any], dict] | None = None, eval_every: int | None = None,
+          rounds_per_call: int | None = None,
           accountant: str = "rdp", target_epsilon: float | None = None, delta=None,
           metrics_path=None, checkpoint_dir=None, mesh=None, progress: bool = True,
           run_info: dict | None = None, silo_eval_fn: Callable[[Any, Any], dict] | None = None,
@@ -187,7 +198,9 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
         each silo's own model (``algorithm.silo_params(state)``, e.g. shared layers plus the silo's
         private head; the shared model for algorithms without one); ``silo`` is the silo's index (e.g.
         to pick its held-out records). Recorded as ``record["silos"][name]``, one value per silo.
-      eval_every: rounds per compiled chunk (default: all rounds in one chunk).
+      eval_every: rounds between evaluations, metrics records and checkpoints (default: once, at the end).
+      rounds_per_call: at most this many rounds per call of the compiled program (default: up to the next
+        evaluation); each distinct length compiles once. Memory and responsiveness only: the same rounds.
       accountant: ``"rdp"`` or ``"pld"`` for the privacy ledger (private algorithms only).
       target_epsilon, delta: stop before the round that would exceed ``(target_epsilon, delta)``;
         ``delta`` may be per silo (e.g. ``1/n_i^2``). ``delta`` alone just reports epsilon.
@@ -199,7 +212,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
         processes (``jax.distributed``): a mesh over all processes' devices, every process calling ``train``
         with the same arguments; ``data`` either the same full host copy in each process or the global array
         of :func:`jaxfl.engine.sharding.shard_local_data` (padding silos then appear in per-silo metrics).
-      progress: show a progress bar.
+      progress: show a progress bar, advanced as each round runs (by a host callback from the compiled
+        rounds; without a mesh) or, with a mesh, after each compiled call.
       run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
       on_record: called with every metrics record once it is written and checkpointed (e.g. to log a
         long run's progress).
@@ -213,6 +227,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     eval_every = rounds if eval_every is None else checks.integer("eval_every", eval_every)
     if eval_every < 1 and rounds > 0:
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+    if rounds_per_call is not None and checks.integer("rounds_per_call", rounds_per_call) < 1:
+        raise ValueError(f"rounds_per_call must be >= 1, got {rounds_per_call}")
     check_schedule(algorithm, rounds)
     checked = data
     if isinstance(data, FederatedData) and isinstance(data.counts, jax.Array):
@@ -249,17 +265,20 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
             ledger.record(start)
         writer.truncate_after(start)
 
-    chunk = jax.jit(lambda st, d, k, s, inputs, n: run_rounds(algorithm, st, d, k, s, n, inputs), static_argnums=5)
     evaluate_silos = None if silo_eval_fn is None else _silo_evaluator(algorithm, silo_eval_fn, data.num_silos)
     history, stop_reason = [], "completed"
     bar = tqdm(total=rounds, initial=start, disable=not progress, desc=algorithm.name, leave=False)
+    per_round = progress and mesh is None  # with a mesh each device would call back
+    on_round = (lambda _: bar.update(1)) if per_round else None
+    chunk = jax.jit(lambda st, d, k, s, inputs, n: run_rounds(algorithm, st, d, k, s, n, inputs, on_round),
+                    static_argnums=5)
     t0 = time.perf_counter()
     r = start
     terminate = _TerminationGuard()
     try:
         with sharding.mesh_context(mesh), terminate:
             while r < rounds:
-                n = min(eval_every - (r % eval_every), rounds - r)
+                n = min(eval_every - (r % eval_every), rounds - r, rounds_per_call or rounds)
                 if target_epsilon is not None:
                     n = ledger.rounds_within_budget(target_epsilon, delta, n)
                     if n == 0:
@@ -295,7 +314,11 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
                     raise failure
                 if on_record is not None:
                     on_record(record)
-                bar.update(n)
+                if per_round:
+                    bar.n = r  # the callbacks have counted these rounds; this only settles the count
+                    bar.refresh()
+                else:
+                    bar.update(n)
                 if terminate.requested:
                     stop_reason = "terminated"
                     break

@@ -23,9 +23,11 @@ from typing import Any, Callable, NamedTuple
 import dp_accounting
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxfl import checks
+from jaxfl.models.rewrite import for_backend
 from jaxfl.privacy import keys as keys_lib, uniform
 from jaxfl.privacy.clipping import ClippedSum, clipped_grad_sum, selected_clipped_grad_sum
 from jaxfl.privacy.microbatch import check_microbatch, microbatch_size, microbatch_sum
@@ -74,7 +76,7 @@ class Sampler(NamedTuple):
     kind: str
     batch_size: int | None = None
     rate: Any = None
-    chunk: int | None = None
+    chunk: Any = None
     microbatch: Any = "auto"
     expected_batch_size: Any = None
 
@@ -135,7 +137,7 @@ class Sampler(NamedTuple):
         return gaussian
 
 
-def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int | None = None,
+def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk="auto",
                  microbatch="auto", expected_batch_size=None) -> Sampler:
     """``batch_size`` -> with-replacement sampler; ``sampling_rate`` -> Poisson (gradients ``chunk`` sampled
     records at a time when given: see :class:`Sampler`); neither -> full batch. ``microbatch``: how the
@@ -156,12 +158,13 @@ def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk: int |
 def _sampler(batch_size, sampling_rate, chunk) -> Sampler:
     if batch_size is not None and sampling_rate is not None:
         raise ValueError("give batch_size or sampling_rate, not both")
-    if chunk is not None:
+    auto = isinstance(chunk, str) and chunk == "auto"
+    if chunk is not None and not auto:
         if sampling_rate is None:
             raise ValueError("chunk needs a Poisson sampler (sampling_rate)")
-        if int(chunk) < 1:
-            raise ValueError(f"chunk must be >= 1, got {chunk}")
-        return Sampler("poisson", rate=sampling_rate, chunk=int(chunk))
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+            raise ValueError(f"chunk must be 'auto', None or an int >= 1, got {chunk!r}")
+        chunk = int(chunk)
     if batch_size is not None:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -169,8 +172,28 @@ def _sampler(batch_size, sampling_rate, chunk) -> Sampler:
     if sampling_rate is not None:
         if isinstance(sampling_rate, (int, float)) and not 0.0 < sampling_rate <= 1.0:
             raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate}")
-        return Sampler("poisson", rate=sampling_rate)
+        return Sampler("poisson", rate=sampling_rate, chunk=chunk)
     return Sampler("full")
+
+
+def gather_chunk(sampler: Sampler, max_records: int) -> int | None:
+    """How many sampled records a Poisson step gathers at a time (:func:`selected_clipped_grad_sum`), or None for
+    the masked pass over all ``max_records`` rows.
+
+    ``chunk="auto"`` (the default) with a rate known at build time (a Python number) gathers when the expected
+    sample ``q n`` is at most half the silo (``n = max_records``), in chunks of its mean plus three standard
+    deviations rounded up to 8 (one pass in almost every step: O(q n) gradient work, not O(n)); a rate known only
+    when the program runs (a sweep over rates, ``PerRound`` rates) takes the masked pass, as does a rate above
+    one half (gathering would save little). An int is that chunk; None the masked pass."""
+    if sampler.kind != "poisson" or sampler.chunk is None:
+        return None
+    if sampler.chunk != "auto":
+        return int(sampler.chunk)
+    rate = sampler.rate
+    if not isinstance(rate, (int, float, np.floating)) or float(rate) > 0.5:
+        return None
+    mean = float(rate) * max_records
+    return min(max_records, 8 * math.ceil((mean + 3 * math.sqrt(mean * (1 - float(rate)))) / 8))
 
 
 def step_draws(sampler: Sampler, silo_key, count, max_records: int, params, noise_multiplier) -> Callable:
@@ -241,9 +264,10 @@ def noisy_and_plain_gradients(loss_fn, noised, plain, x, y, count, silo_key, ste
 
 def _step_sum(loss_fn, params, x, y, count, minibatch, *, sampler: Sampler, clip_norm, unclipped=None):
     """``(ClippedSum over the step's minibatch, what it is divided by)`` (:func:`noisy_gradient`)."""
-    if sampler.chunk is not None:
+    chunk = gather_chunk(sampler, x.shape[0])
+    if chunk is not None:
         selected = minibatch & (jnp.arange(x.shape[0]) < count)
-        summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=sampler.chunk,
+        summed = selected_clipped_grad_sum(loss_fn, params, x, y, selected, clip_norm, chunk=chunk,
                                            microbatch=sampler.microbatch, unclipped=unclipped)
         return summed, sampler.denominator(count)
     batch = sampler.take(minibatch, x, y, count)
@@ -345,7 +369,7 @@ def mean_loss_and_grad(loss_fn, params, x, y, mask, *, microbatch="auto"):
       ``(loss, grad)``.
     """
     size = microbatch_size(loss_fn, params, x, y, microbatch)
-    per_example = jax.vmap(loss_fn, in_axes=(None, 0, 0))
+    per_example = jax.vmap(for_backend(loss_fn), in_axes=(None, 0, 0))
     if size >= x.shape[0]:
         return jax.value_and_grad(lambda p: jnp.sum(per_example(p, x, y) * mask) / jnp.maximum(jnp.sum(mask), 1.0))(
             params)

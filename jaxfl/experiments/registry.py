@@ -47,6 +47,10 @@ BENCHMARKS: dict[str, str] = {
                      "NumPy on the same timeline",
     "joint_dp_step": "Huang et al.'s joint-DP round (TwoHeadCNN, fc1 private) vs the same round in PyTorch (Opacus "
                      "hooks, torch.func), and in one forward pass vs two",
+    "dp_sgd_mnist": "the DP-SGD MNIST tutorial (plain flax CNN) through jaxfl.dp_sgd + train vs Opacus ghost and "
+                    "hooks, samples/s",
+    "dp_fedavg_cohort": "DP-FedAvg sampling 10 of 100 clients (the default call) vs the same round on the cohort alone "
+                        "and with every client masked",
     "summary": "the table of bench/README.md: every committed benchmark's headline ratio, baseline and machine "
                "(no timing)",
 }

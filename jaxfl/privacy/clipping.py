@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.models.rewrite import for_backend
 from jaxfl.privacy.microbatch import microbatch_size, microbatch_sum
 
 PerExampleLoss = Callable[..., jnp.ndarray]
@@ -35,8 +36,9 @@ class ClippedSum(NamedTuple):
 
 
 def per_example_grads(loss_fn: PerExampleLoss, params, x, y):
-    """Gradients of ``loss_fn`` at each record: leaves shaped ``[batch, *param_shape]``."""
-    return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
+    """Gradients of ``loss_fn`` at each record: leaves shaped ``[batch, *param_shape]`` (on the CPU backend
+    with :func:`jaxfl.models.rewrite.for_backend`'s convolutions and pooling, as every sum of this module)."""
+    return jax.vmap(jax.grad(for_backend(loss_fn)), in_axes=(None, 0, 0))(params, x, y)
 
 
 def _global_norms(grads):
@@ -173,6 +175,7 @@ def _unclipped_sum(loss_fn: PerExampleLoss, params, x, y, mask) -> ClippedSum:
     """``clip_norm = inf`` (a Python number): the masked gradient sum as one batched backward pass, without
     the per-example norms nothing needs."""
     mask = jnp.asarray(mask, jnp.float32)
+    loss_fn = for_backend(loss_fn)
     total = jax.grad(lambda p: jnp.sum(mask * jax.vmap(loss_fn, in_axes=(None, 0, 0))(p, x, y)))(params)
     return ClippedSum(value=total, sensitivity=jnp.asarray(jnp.inf, jnp.float32), count=jnp.sum(mask),
                       num_clipped=jnp.zeros((), jnp.float32))
@@ -190,6 +193,7 @@ def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_
       unclipped: parameters summed without clipping and left out of the norms (:func:`clipped_grad_sum`).
     """
     flags = unclipped_flags(unclipped, params)
+    loss_fn = for_backend(loss_fn)
     if flags is not None:
         return _partly_clipped_sum(loss_fn, params, x, y, mask, clip_norm, flags)
     grads = per_example_grads(loss_fn, params, x, y)

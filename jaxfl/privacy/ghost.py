@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from flax.linen.linear import canonicalize_padding, promote_dtype
 
 from jaxfl.models import conv as jaxfl_conv
+from jaxfl.models.rewrite import for_backend
 from jaxfl.privacy.clipping import (ClippedSum, PerExampleLoss, _clip_factor, _global_norms, _split_leaves,
                                     explicit_clipped_grad_sum, per_example_grads, unclipped_flags)
 
@@ -320,7 +321,7 @@ def _probed_losses(loss_fn, layers: list[Layer]):
             loss = loss_fn(params, xi, yi)
         return loss, inputs
 
-    return jax.vmap(one, in_axes=(None, 0, 0, 0))
+    return jax.vmap(for_backend(one), in_axes=(None, 0, 0, 0))  # the layers' inputs are outputs of the rewrite
 
 
 class _Pass(NamedTuple):
@@ -350,7 +351,8 @@ def _ghost_pass(loss_fn, params, x, y, layers, flags=None) -> _Pass:
     rest_clipped = [i for i in rest if not (flags and flags[i])]
     if rest_clipped:
         others, values, rebuild = _split_leaves(params, [i in rest_clipped for i in range(len(leaves))])
-        grads = jax.vmap(jax.grad(lambda v, xi, yi: loss_fn(rebuild(others, v), xi, yi)), in_axes=(None, 0, 0))(
+        grads = jax.vmap(jax.grad(lambda v, xi, yi: for_backend(loss_fn)(rebuild(others, v), xi, yi)),
+                         in_axes=(None, 0, 0))(
             values, x, y)
         norms_sq = norms_sq + sum(jnp.sum(jnp.reshape(g, (batch, -1)).astype(jnp.float32) ** 2, axis=1)
                                   for g in grads)

@@ -13,14 +13,15 @@ def _loss(p, x, y):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chunk", [1, 3, 64])
+@pytest.mark.parametrize("chunk", [1, 3, 64, "auto"])
 def test_chunked_poisson_gradient_equals_the_masked_one(chunk):
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(40, 4)), jnp.float32)
     y = jnp.asarray(rng.normal(size=40), jnp.float32)
     params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "v": jnp.ones(3)}
     key = jax.random.key(3)
-    plain, chunked = local.make_sampler(sampling_rate=0.3), local.make_sampler(sampling_rate=0.3, chunk=chunk)
+    plain = local.make_sampler(sampling_rate=0.3, chunk=None)  # the masked pass over every record
+    chunked = local.make_sampler(sampling_rate=0.3, chunk=chunk)
     for count in (40, 25, 0):
         kw = dict(clip_norm=0.5, noise_multiplier=1.2)
         a, info_a = jax.jit(lambda c: local.noisy_gradient(_loss, params, x, y, c, key, 2, sampler=plain, **kw))(count)
@@ -36,8 +37,20 @@ def test_chunked_poisson_gradient_equals_the_masked_one(chunk):
 def test_chunk_needs_a_poisson_rate():
     with pytest.raises(ValueError, match="chunk needs a Poisson"):
         local.make_sampler(batch_size=4, chunk=2)
-    with pytest.raises(ValueError, match="chunk must be >= 1"):
-        local.make_sampler(sampling_rate=0.5, chunk=0)
+    for bad in (0, 2.5, "big", True):
+        with pytest.raises(ValueError, match="chunk must be 'auto', None or an int >= 1"):
+            local.make_sampler(sampling_rate=0.5, chunk=bad)
+
+
+def test_auto_chunk_gathers_the_mean_plus_three_deviations_for_rates_up_to_a_half():
+    # 60,000 records at rate 256/60,000: mean 256, std sqrt(256 (1 - q)) = 15.97; 256 + 47.9 -> 304 (a multiple of 8)
+    assert local.gather_chunk(local.make_sampler(sampling_rate=256 / 60000), 60000) == 304
+    assert local.gather_chunk(local.make_sampler(sampling_rate=0.5), 10) == 10   # capped at the silo
+    assert local.gather_chunk(local.make_sampler(sampling_rate=0.6), 1000) is None  # gathering would save little
+    assert local.gather_chunk(local.make_sampler(sampling_rate=jnp.float32(0.1)), 1000) is None  # not a number
+    assert local.gather_chunk(local.make_sampler(sampling_rate=0.1, chunk=None), 1000) is None
+    assert local.gather_chunk(local.make_sampler(sampling_rate=0.1, chunk=7), 1000) == 7
+    assert local.gather_chunk(local.make_sampler(batch_size=4), 1000) is None
 
 
 @pytest.mark.parametrize("chunk", [None, 3])
