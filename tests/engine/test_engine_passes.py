@@ -14,13 +14,13 @@ from jaxfl.engine.rounds import make_round
 from jaxfl.models.linear import init_linear, logistic_loss
 
 
-@pytest.mark.parametrize("per_pass", [1, 3, 16])
+@pytest.mark.parametrize("per_pass", [1, 3, 16, "auto"])
 def test_processing_participants_in_passes_equals_running_every_silo(per_pass):
     data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28, 9], seed=4))
     kwargs = dict(client_opt=optax.sgd(0.2), batch_size=5, local_epochs=1, client_rate=0.4, expected_clients=3.2,
                   clip_norm=0.3,
                   noise_multiplier=1.0)
-    full = dp_fedavg(logistic_loss, **kwargs)
+    full = dp_fedavg(logistic_loss, clients_per_pass=None, **kwargs)  # every silo, non-participants weighted 0
     passes = dp_fedavg(logistic_loss, clients_per_pass=per_pass, **kwargs)
     params = init_linear(5)
     outs = []
