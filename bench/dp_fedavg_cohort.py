@@ -35,7 +35,7 @@ import optax
 
 import jaxfl
 from jaxfl.data import load_cifar10_subset
-from jaxfl.experiments.report import machine as processor, write_benchmark
+from jaxfl.experiments.report import interleaved_best_records, machine as processor, write_benchmark
 
 CLIENTS, PER_CLIENT, COHORT, BATCH, CLIP, SIGMA = 100, 50, 10, 10, 1.0, 1.0
 OUT = Path(__file__).resolve().parent / "results" / "dp_fedavg_cohort.json"
@@ -95,12 +95,7 @@ def main(argv=None) -> int:
     sides = {"sampled": side(everyone, COHORT / CLIENTS, args.rounds),
              "cohort alone": side(everyone[:COHORT], 1.0, args.rounds),
              "every client masked": side(everyone, COHORT / CLIENTS, args.rounds, clients_per_pass=None)}
-    best = {}
-    for _ in range(args.repeats):
-        for name, run in sides.items():
-            got = run()
-            if name not in best or got["seconds_per_round"] < best[name]["seconds_per_round"]:
-                best[name] = got
+    best = interleaved_best_records(sides, args.repeats, "seconds_per_round")
     rows = [{"side": name, **got} for name, got in best.items()]
     ratio = best["cohort alone"]["seconds_per_round"] / best["sampled"]["seconds_per_round"]
     per_client = {name: got["seconds_per_round"] / got["clients_per_timed_round"] for name, got in best.items()}

@@ -36,7 +36,7 @@ import optax
 
 import jaxfl
 from jaxfl.data import load_mnist
-from jaxfl.experiments.report import machine as processor, write_benchmark
+from jaxfl.experiments.report import interleaved_best_records, machine as processor, write_benchmark
 
 BATCH, RECORDS, CLIP, SIGMA, LR, DELTA = 256, 60000, 1.5, 1.3, 0.25, 1e-5
 OUT = Path(__file__).resolve().parent / "results" / "dp_sgd_mnist.json"
@@ -149,12 +149,7 @@ def main(argv=None) -> int:
     x, y = mnist()
     sides = {"jaxfl": jaxfl_side(x, y, args.steps), "opacus ghost": opacus_side(x, y, args.steps, "ghost"),
              "opacus hooks": opacus_side(x, y, args.steps, "hooks")}
-    best = {}
-    for _ in range(args.repeats):
-        for name, run in sides.items():
-            got = run()
-            if name not in best or got["seconds_per_step"] < best[name]["seconds_per_step"]:
-                best[name] = got
+    best = interleaved_best_records(sides, args.repeats, "seconds_per_step")
     rows = [{"side": name, **got, "samples_per_second": BATCH / got["seconds_per_step"]} for name, got in best.items()]
     per_second = {row["side"]: row["samples_per_second"] for row in rows}
     ratio = per_second["jaxfl"] / per_second["opacus ghost"]

@@ -133,9 +133,9 @@ def dp_sgd(loss_fn, *, optimizer: optax.GradientTransformation, expected_batch_s
     sensitivity ``C``, accounted by the RDP (default) or PLD accountant of ``train``.
 
     Example:
-      >>> import jax.numpy as jnp, numpy as np, optax, jaxfl
+      >>> import jax, numpy as np, optax, jaxfl
       >>> from jaxfl.models import init_linear, logistic_loss
-      >>> x = np.random.default_rng(0).normal(size=(1000, 5)).astype(np.float32)
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (1000, 5)))
       >>> y = (x[:, 0] > 0).astype(np.float32)
       >>> algorithm = dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50, num_records=1000,
       ...                    clip_norm=1.0, noise_multiplier=1.1)

@@ -192,6 +192,19 @@ def interleaved_best_seconds(runs: dict, repeats: int) -> dict:
     return best
 
 
+def interleaved_best_records(runs: dict, repeats: int, key: str) -> dict:
+    """Side-by-side measurement for callables that time themselves: each zero-argument callable of ``runs``
+    (``{name: fn}``, returning a dict of measurements) called in turn ``repeats`` times; returns ``{name: its
+    record with the smallest ``record[key]``}`` (e.g. seconds per step)."""
+    best = {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            got = run()
+            if name not in best or got[key] < best[name][key]:
+                best[name] = got
+    return best
+
+
 def write_benchmark(record: dict, path) -> Path:
     """Writes a benchmark's JSON record (ARCHITECTURE §3.6), with the code that ran it (``source``:
     :func:`source_revision`), to ``path``, creating its folder; returns the path."""
