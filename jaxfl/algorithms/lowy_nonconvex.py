@@ -61,7 +61,7 @@ from jaxfl.algorithms.lowy_convex import one_pass_batch, one_pass_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
-from jaxfl.engine.rounds import make_round, participant_count_sum, weighted_sum
+from jaxfl.engine.rounds import Aggregator, make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import shuffle, uniform
 from jaxfl.privacy.clipping import clip_by_global_norm, clipped_grad_sum, per_example_grads
@@ -317,8 +317,7 @@ def _pair_aggregator(aggregator):
     def aggregate(messages, weights, round_key):
         return tuple(None if m is None else aggregator(m, weights, round_key) for m in messages)
 
-    aggregate.participants_only = getattr(aggregator, "participants_only", False)
-    return aggregate
+    return Aggregator(aggregate, participants_only=isinstance(aggregator, Aggregator) and aggregator.participants_only)
 
 
 # ------------------------------------------------------------------------------------------------

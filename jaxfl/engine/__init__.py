@@ -2,9 +2,10 @@
 from jaxfl.engine import participation, sharding
 from jaxfl.engine.driver import TrainResult, make_ledger, run_rounds, train
 from jaxfl.engine.protocol import FederatedAlgorithm, PerRound, RoundPrivacy, ServerState, SiloState, initial_state
-from jaxfl.engine.rounds import RoundContext, make_round, weighted_sum
+from jaxfl.engine.participation import Participation
+from jaxfl.engine.rounds import Aggregator, RoundContext, make_round, weighted_sum
 from jaxfl.engine.sweep import SweepResult, grid_points, sweep
 
 __all__ = ["participation", "sharding", "TrainResult", "make_ledger", "run_rounds", "train", "FederatedAlgorithm",
            "PerRound", "RoundPrivacy", "ServerState", "SiloState", "initial_state", "RoundContext", "make_round",
-           "weighted_sum", "SweepResult", "grid_points", "sweep"]
+           "Aggregator", "Participation", "weighted_sum", "SweepResult", "grid_points", "sweep"]

@@ -5,7 +5,7 @@ Each silo's draw comes from its own key ``derive(round, silo, 0, PARTICIPATION)`
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,18 @@ import jax.numpy as jnp
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy import uniform as uniform_draws
 
-Participation = Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
+
+class Participation(NamedTuple):
+    """A participation rule: ``rule(round_key, counts) -> weights float32[num_silos]`` and, where the rule
+    bounds it, ``max_participants`` (``M`` for :func:`uniform`), which lets
+    :func:`jaxfl.engine.rounds.make_round` run the client on the participants only. Any function of that
+    signature may stand in for one (:func:`resolve` wraps it, without a bound)."""
+
+    weights: Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
+    max_participants: int | None = None
+
+    def __call__(self, round_key, counts):
+        return self.weights(round_key, counts)
 
 
 def _silo_uniforms(round_key, num_silos):
@@ -26,15 +37,15 @@ def _silo_uniforms(round_key, num_silos):
 
 def all_silos() -> Participation:
     """Every silo with records takes part in every round."""
-    return lambda round_key, counts: (counts > 0).astype(jnp.float32)
+    return Participation(lambda round_key, counts: (counts > 0).astype(jnp.float32))
 
 
 def uniform(silos_per_round: int) -> Participation:
     """``silos_per_round`` silos drawn uniformly without replacement (Lowy & Razaviyayn's ``M_r = M``).
 
-    Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records. The returned
-    function's ``max_participants`` attribute (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the
-    client on the participants only.
+    Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records. Its
+    ``max_participants`` (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the client on the participants
+    only.
     """
     m = int(silos_per_round)
     if m < 1:
@@ -48,8 +59,7 @@ def uniform(silos_per_round: int) -> Participation:
         _, chosen = jax.lax.top_k(u, m)
         return jnp.zeros(n, jnp.float32).at[chosen].set(1.0) * (counts > 0)
 
-    weights.max_participants = m
-    return weights
+    return Participation(weights, max_participants=m)
 
 
 def poisson(rate) -> Participation:
@@ -59,17 +69,20 @@ def poisson(rate) -> Participation:
         u = _silo_uniforms(round_key, counts.shape[0])
         return ((u < rate) & (counts > 0)).astype(jnp.float32)
 
-    return weights
+    return Participation(weights)
 
 
 def resolve(participation, num_silos_hint=None) -> Participation:
-    """``None`` -> all silos; an int ``M`` -> :func:`uniform`; a callable is returned as is."""
+    """``None`` -> all silos; an int ``M`` -> :func:`uniform`; a :class:`Participation` is returned as is, any
+    other callable wrapped in one (no bound on the participants)."""
     if participation is None:
         return all_silos()
     if isinstance(participation, int):
         return uniform(participation)
-    if callable(participation):
+    if isinstance(participation, Participation):
         return participation
+    if callable(participation):
+        return Participation(participation)
     raise ValueError(f"participation must be None, an int or a callable, got {participation!r}")
 
 
@@ -88,5 +101,4 @@ def with_replacement(slots: int):
         real = (counts > 0).astype(jnp.float32)
         return jax.random.choice(key, counts.shape[0], (b,), replace=True, p=real / jnp.sum(real)).astype(jnp.int32)
 
-    draw.slots = b
     return draw

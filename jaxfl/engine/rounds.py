@@ -17,8 +17,6 @@ from jaxfl.privacy import keys as keys_lib
 
 # client_fn(broadcast, x_i, y_i, count_i, silo_key[, silo_values_i]) -> (message, info)
 ClientFn = Callable[..., tuple]
-# aggregator(messages [num_silos, ...], weights [num_silos], round_key) -> aggregate
-Aggregator = Callable[[Any, jnp.ndarray, jax.Array], Any]
 # server_fn(state, aggregate, context) -> (state, info)
 ServerFn = Callable[..., tuple]
 
@@ -32,7 +30,20 @@ class RoundContext(NamedTuple):
     inputs: Any = None  # the round's scheduled inputs (FederatedAlgorithm.schedule[r]), or None
 
 
-def weighted_sum(messages, weights, round_key):
+class Aggregator(NamedTuple):
+    """An aggregator ``(messages [num_silos, ...], weights [num_silos], round_key) -> aggregate`` and whether it
+    depends on participants only (``participants_only``: non-participants' messages weighted 0 and added in silo
+    order, so that :func:`make_round` may run the participants' clients alone). A plain function of that
+    signature may stand in for one (treated as depending on every silo)."""
+
+    aggregate: Callable[[Any, jnp.ndarray, jax.Array], Any]
+    participants_only: bool = False
+
+    def __call__(self, messages, weights, round_key):
+        return self.aggregate(messages, weights, round_key)
+
+
+def _weighted_sum(messages, weights, round_key):
     """``sum_i weights_i * message_i``, added silo after silo in silo order on replicated messages.
 
     The order is explicit (a ``scan`` over silos) rather than left to a reduction: XLA:CPU reduces in
@@ -49,10 +60,10 @@ def weighted_sum(messages, weights, round_key):
     return jax.tree_util.tree_map(in_silo_order, messages)
 
 
-weighted_sum.participants_only = True
+weighted_sum = Aggregator(_weighted_sum, participants_only=True)
 
 
-def participant_count_sum(messages, weights, round_key):
+def _participant_count_sum(messages, weights, round_key):
     """``sum_i message_i`` over participants (``weights_i > 0``) in int32, for integer messages such as
     the shuffle model's counts of one-bits, which are added, not weighted."""
     del round_key
@@ -62,7 +73,7 @@ def participant_count_sum(messages, weights, round_key):
                           dtype=jnp.int32), messages)
 
 
-participant_count_sum.participants_only = True
+participant_count_sum = Aggregator(_participant_count_sum, participants_only=True)
 
 
 def _fit_silo_axis(values, num_silos: int):
@@ -111,9 +122,9 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
     epochs); silo keys still come from ``round_key``.
 
     **Participants only.** When the participation fixes how many silos take part at most (its
-    ``max_participants`` attribute, e.g. ``M`` for :func:`jaxfl.engine.participation.uniform`) and the
-    aggregator adds messages in silo order with non-participants weighted 0 (its ``participants_only``
-    attribute: :func:`weighted_sum`, :func:`participant_count_sum`), the round gathers the participants (in
+    ``max_participants``, e.g. ``M`` for :func:`jaxfl.engine.participation.uniform`) and the
+    aggregator adds messages in silo order with non-participants weighted 0 (an :class:`Aggregator` with
+    ``participants_only``: :data:`weighted_sum`, :data:`participant_count_sum`), the round gathers the participants (in
     silo order, keys and per-silo values by silo id) and runs ``client_fn`` on those ``M`` only (padded with
     weight-0 slots to :func:`jaxfl.engine.sharding.padded_silos` on a silo mesh): ``M / N`` of the client
     work. Keys and weights are those of the all-silo round, so results equal it up to floating-point
@@ -188,8 +199,8 @@ def _client_call(client_fn, sent, silo_state: bool, scheduled: bool, inputs):
 
 def _participant_slots(participation, aggregator) -> int | None:
     """How many slots the participants-only path runs (see :func:`make_round`), or None for every silo."""
-    most = getattr(participation, "max_participants", None)
-    if most is None or not getattr(aggregator, "participants_only", False):
+    most = participation.max_participants if isinstance(participation, Participation) else None
+    if most is None or not (isinstance(aggregator, Aggregator) and aggregator.participants_only):
         return None
     mesh = sharding.ambient_silo_mesh()
     # Taken whether or not it saves work (M = N), so that the program's structure, and with it XLA's

@@ -12,7 +12,7 @@ from jaxfl.algorithms import local_sgd, lowy_nonconvex, minibatch_sgd, personali
 from jaxfl.algorithms.common import init_server, mean_server
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import FederatedAlgorithm, initial_state, participation, run_rounds
-from jaxfl.engine.rounds import make_round, weighted_sum
+from jaxfl.engine.rounds import Aggregator, make_round, weighted_sum
 from jaxfl.models import init_linear, logistic_loss
 
 DATA = from_silos(make_silos([40, 25, 33, 40, 18, 22, 30], seed=2))
@@ -72,10 +72,10 @@ def _counting_sgd(silos_per_round, seen, participants_only=True):
         seen.append(weights.shape[0])
         return weighted_sum(messages, weights, round_key)
 
-    aggregate.participants_only = participants_only
     return FederatedAlgorithm(init=init_server(optax.sgd(0.01)),
                               round=make_round(client, mean_server(optax.sgd(0.01)),
-                                               participation.resolve(silos_per_round), aggregator=aggregate))
+                                               participation.resolve(silos_per_round),
+                                               aggregator=Aggregator(aggregate, participants_only)))
 
 
 @pytest.mark.parametrize("silos_per_round, participants_only, slots", [
