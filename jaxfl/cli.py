@@ -103,7 +103,7 @@ def _cmd_reproduce(args) -> int:
     workers = checks.positive_int("--workers", args.workers)
     options = {"segment_rounds": _optional_positive_int("--segment-rounds", args.segment_rounds),
                "configs_per_batch": _optional_positive_int("--configs-per-batch", args.configs_per_batch)}
-    # Full runs land in results/ (committed: docs/reproductions.md is generated from them), quick ones in runs/.
+    # Full runs land in results/ (committed: the tables of docs/papers/ are generated from them), quick ones in runs/.
     default = (Path("runs/quick") if args.quick else Path("results")) / args.name
     out = Path(args.out) if args.out else default / (args.variant or "")
     share = None if args.worker is None else _worker_share(args.worker, out)
@@ -239,9 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a worker's core (internal)
     rep.set_defaults(func=_cmd_reproduce)
 
-    tab = sub.add_parser("tables", help="regenerate the tables of docs/reproductions.md from results/")
+    tab = sub.add_parser("tables", help="regenerate the tables of docs/papers/*.md from results/")
     tab.add_argument("--check", action="store_true", help="only check that the docs match results/ (exit 1 if not)")
-    tab.add_argument("--docs", default=None, help="the markdown file (default docs/reproductions.md)")
+    tab.add_argument("--docs", default=None, help="the markdown file (default: README.md and docs/papers/*.md)")
     tab.set_defaults(func=_cmd_tables)
 
     cmp = sub.add_parser("compare-parts", help="compare the stored parts of one study run in two results directories "

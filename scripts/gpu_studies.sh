@@ -50,7 +50,7 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 big=("n = 64" "n = 128" "n = 256" "n = 512")
 R=results/huang-jdp
 # Issue 15's CIFAR-10 grid first (the one full form not run anywhere yet: ~1.7 h of H200 time at 4 configurations per
-# call, an estimate; docs/reproductions.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256,
+# call, an estimate; docs/papers/huang-jdp.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256,
 # where its eps-1 rows should sit at chance as Table 1's DP rows do). DP-REC's 1,000 rounds (rec) ran in full on the
 # CPU; on a GPU only on request.
 for job in ${JOBS:-c10 t1ft t2}; do

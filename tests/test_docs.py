@@ -64,7 +64,8 @@ def test_isrl_doc_example_is_certified(capsys):
 def test_nonconvex_doc_example_is_within_the_papers_epsilon(capsys):
     namespace = {}
     exec(compile(_python_blocks("docs/lowy_nonconvex.md")[0], "docs/lowy_nonconvex.md", "exec"), namespace)
-    assert namespace["result"].epsilon <= namespace["eps_replace_one"] <= 2.0
+    assert namespace["statement"].relation.name == "REPLACE_ONE"   # each silo divides by its own count
+    assert namespace["result"].epsilon <= 2.0
     assert namespace["result"].rounds == 20
 
 

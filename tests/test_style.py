@@ -30,7 +30,9 @@ def _prose_lines(text):
 
 
 def test_markdown_prose_lines_fit_120_characters():
-    pages = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    built = {"_build", "_generated", "notebooks"}  # the docs build's own output
+    pages = [REPO / "README.md", REPO / "bench" / "README.md",
+             *sorted(path for path in (REPO / "docs").rglob("*.md") if not built & set(path.parts))]
     long = [f"{path.relative_to(REPO)}:{number}: {len(line)}"
             for path in pages
             for number, line in _prose_lines(path.read_text(encoding="utf-8"))

@@ -124,7 +124,8 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
     * inner difference step: ``sigma2^2 = 1024 L^2 S R ln(2/delta) ln(2.5 R/delta) / (eps^2 n^2)``,
 
     with ``S`` restarts, ``E`` epochs, ``R = E Q`` inner steps per restart (``rounds``). The theorem needs
-    ``epsilon <= min(2 ln(2/delta), 15)`` (checked) and ``K >= ``:func:`pl_svrg_batch`.
+    ``epsilon <= min(2 ln(2/delta), 15)`` (checked) and a batch ``K`` of at least
+    :func:`pl_svrg_batch`.
 
     ``proof_log=True`` uses the proof's ``ln(5R/delta)`` (per-message ``delta~ = delta/(2R)`` then
     ``ln(1.25/(delta~/2))``, the same step that gives sigma1's ``ln(5E/delta)``) instead of the statement's

@@ -79,13 +79,15 @@ class Timeline:
     """The simulated run, as slices (``S``) and facts.
 
     Per slice (host arrays with a leading slice axis, the compiled run's schedule):
-      steps ``[S, n]``: local steps each client starts in the slice;
-      sends ``[S, n]``: the client ends a round at the slice's end;
-      apply_client ``[S, M]``: the clients whose messages the server applies at the slice's end, in arrival
-        order (``-1`` pads); apply_round ``[S, M]``: those messages' rounds;
-      broadcast_after ``[S, M]``: ``k`` when the server broadcasts ``(v_hat, k)`` right after applying that
-        entry, else ``-1``;
-      accept ``[S, n]``: the broadcast ``k`` each client accepts at the slice's end, else ``-1``.
+
+    - steps ``[S, n]``: local steps each client starts in the slice;
+    - sends ``[S, n]``: the client ends a round at the slice's end;
+    - apply_client ``[S, M]``: the clients whose messages the server applies at the slice's end, in arrival
+      order (``-1`` pads); apply_round ``[S, M]``: those messages' rounds;
+    - broadcast_after ``[S, M]``: ``k`` when the server broadcasts ``(v_hat, k)`` right after applying that
+      entry, else ``-1``;
+    - accept ``[S, n]``: the broadcast ``k`` each client accepts at the slice's end, else ``-1``.
+
     Facts: ``boundaries [S]`` (slice end times), ``send_time``/``arrival_time``/``start_time [T, n]`` (round
     ``i``: its message sent, applied, and its first step), ``lookahead [T, n]`` (``i - k_old`` at each round's
     first step), ``max_delay_ratio`` (the largest ``t_delay / tau(t_glob)`` over all steps; tau rule only),

@@ -9,6 +9,7 @@ this, both directions, exactly as the protocol sends it; simulations skip the re
 that a replay reproduces the server model).
 
 Counting conventions (the paper's; they reproduce its "GB" figures, which are GiB = 2**30 bytes):
+
 - upload per slot: ``layout.message_bits()`` = the index bits plus a 32-bit seed;
 - a history entry is one message of that size; the init entry is a 32-bit seed;
 - a round's participants get that round's messages except their own (Alg. 5's ``M \\ {own}``; the client

@@ -29,10 +29,10 @@ def group_by_user(fd: FederatedData, records_per_user: int, *, seed: int | None 
         each silo's records first (NumPy, data preparation), so users mix the silo's records at random.
 
     Returns:
-      ``FederatedData(x: [num_silos, max_users, k, *feature_shape], y: [num_silos, max_users, k, ...],
-      counts: users per silo)``. The ``counts[i] mod k`` records that do not fill a user are dropped (seed
-      001's ``m / r`` is not an integer for most of its settings; the dropped records are at most ``k - 1``
-      per silo).
+      A :class:`FederatedData` with ``x [num_silos, max_users, k, *feature_shape]``,
+      ``y [num_silos, max_users, k, ...]`` and ``counts`` the users per silo. The
+      ``counts[i] mod k`` records that do not fill a user are dropped (Huang et al.'s ``m / r`` is not an
+      integer for most of its settings; the dropped records are at most ``k - 1`` per silo).
 
     Raises:
       ValueError: ``records_per_user`` not a positive integer, or a silo with fewer records than one user.

@@ -202,7 +202,7 @@ def step_draws(sampler: Sampler, silo_key, count, max_records: int, params, nois
     Args:
       sampler: the minibatch sampler; silo_key, count: the silo's key and number of records.
       max_records: ``x.shape[0]``; params: a pytree of the parameters' shapes and dtypes (arrays or
-        ``jax.ShapeDtypeStruct``s).
+        ``jax.ShapeDtypeStruct`` values).
       noise_multiplier: only whether it is a Python ``0`` (no noise drawn) matters here.
     Returns:
       ``draw_fn(step) -> (sampler randomness, unit noise or None)``: :meth:`Sampler.draw` from

@@ -19,7 +19,7 @@ Builders are deterministic per ``seed`` (host randomness is data preparation, ne
   at alpha 1 each client's mix is ~Dirichlet(0.1, ..., 0.1), against ~Dirichlet(1, ..., 1) per-class).
   The mean count is exactly 500 (every record assigned once), but the count std is ~150-175 (seed 0:
   154.06), not the paper's Table 2 value 73.10; the paper's exact scheme is not given, so we do not tune
-  for it (see :data:`MNIST_PAPER_COUNT_STATS`). Both splits trained: docs/reproductions.md (Triastcyn et al.).
+  for it (see :data:`MNIST_PAPER_COUNT_STATS`). Both splits trained: docs/papers/dprec.md.
 * **FEMNIST, offline stand-in** (:func:`femnist_scale_clients`): LEAF FEMNIST is not in
   ``shared/data``; Fashion-MNIST (10 classes, 28x28 grey) stands in for it, see :data:`FEMNIST_SCALE_NOTE`.
 * **FEMNIST, real** (:func:`load_leaf_femnist`): a reader for LEAF's json output, one silo per writer.

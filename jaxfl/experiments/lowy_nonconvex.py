@@ -16,10 +16,10 @@ final training loss, of FedProx-SPIDER (Alg. 3) over its phase-length grid and A
   sizes, clips) x repetitions is one compiled program (per ``q`` for FedProx-SPIDER); per epsilon the
   configuration (and ``q``) with the smallest mean final training loss is reported, with the mean test
   error of the final iterates ``w_R`` (the authors' CIFAR/WBCD code reports the iterate of smallest
-  training loss instead; see ``docs/reproductions.md``).
+  training loss instead; see ``docs/papers/lowy-nonconvex.md``).
 
 Variant ``reduced`` (MNIST): Fig. 4's panel (M = R = 25), 3 trials x 2 repetitions, step sizes the
-paper's 3 largest of 5 and clips {1, 10} -- the form ``docs/reproductions.md`` reports on 2 CPU cores.
+paper's 3 largest of 5 and clips {1, 10} -- the form ``docs/papers/lowy-nonconvex.md`` reports on 2 CPU cores.
 """
 from __future__ import annotations
 

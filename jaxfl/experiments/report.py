@@ -3,7 +3,7 @@
 ``results.json`` follows ARCHITECTURE §3.4 (one ``runs`` record per selected row). The summary and the
 figure are drawn from those records alone, with their layout given as data (:class:`Report`), so
 :func:`render` redraws both from a committed ``results.json`` without re-running anything -- which is
-how ``jaxfl tables`` regenerates the tables of ``docs/reproductions.md``.
+how ``jaxfl tables`` regenerates the tables of ``docs/papers/*.md``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``jaxfl tables``: the tables of ``README.md`` and ``docs/reproductions.md``, generated from ``results/``.
+"""``jaxfl tables``: the tables of ``README.md`` and ``docs/papers/*.md``, generated from ``results/``.
 
 Every table of reproduced numbers in the docs sits between two markers naming its results directory::
 
@@ -159,12 +159,13 @@ def generate(docs_text: str, root: Path) -> str:
     return BLOCK.sub(lambda m: m.group(1) + block(root, m.group("path")) + m.group(4), docs_text)
 
 
-DOCUMENTS = ("README.md", "docs/reproductions.md")
+DOCUMENTS = ("README.md", "docs/papers/lowy-convex.md", "docs/papers/lowy-nonconvex.md", "docs/papers/dprec.md",
+             "docs/papers/huang-jdp.md", "docs/papers/vandijk-async.md")
 
 
 def main(check: bool = False, docs: Path | None = None, root: Path | None = None) -> int:
     """Rewrites (or, with ``check``, verifies) the generated blocks of ``docs`` (default: README.md and
-    docs/reproductions.md); returns an exit status."""
+    the papers' pages, :data:`DOCUMENTS`); returns an exit status."""
     root = root or repo_root()
     paths = [docs] if docs is not None else [root / d for d in DOCUMENTS]
     stale = []

@@ -256,10 +256,12 @@ def shuffle_sum_tree(key, stacked_tree, mask, lipschitz, params: ShuffleParams, 
     Each user's pytree is flattened (``jax.flatten_util.ravel_pytree``) into one vector, so ``L`` bounds the
     *global* L2 norm over all leaves; the summed vector is unflattened back.
 
+    The other arguments are as in :func:`shuffle_sum`.
+
     Args:
       stacked_tree: pytree whose leaves have a leading user axis ``[U, ...]``.
       mask: ``[U]`` real-user mask.
-      Others as :func:`shuffle_sum`.
+
     Returns:
       a pytree shaped like one user's tree, the estimate of the sum over real users.
     """
@@ -401,6 +403,7 @@ def pvec_parameters(epsilon: float, delta: float, num_users: int, dim: int, *,
 
     Cheu et al.'s exact constants could not be retrieved (see the module docstring), so this uses their
     shape and calibrates the noise with jaxfl's own analysis:
+
       * ``g = default_granularity(num_users, dim)`` unless given;
       * ``p = probability`` (``1/4`` as in the third-party implementation of Cheu et al.);
       * ``b`` = the smallest integer with ``shuffled_epsilon(ShuffleParams(g, b, p), num_users, dim, delta)

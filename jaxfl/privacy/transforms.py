@@ -1,4 +1,4 @@
-"""DP clipping and noise as ``optax.GradientTransformation``s.
+"""DP clipping and noise as optax transformations (``optax.GradientTransformation``).
 
 Both keep a step counter in their state and draw the noise of step ``t`` from
 ``keys.step_key(key, t, Purpose.NOISE)``: pass the silo's (or the server's) key for the run, and the

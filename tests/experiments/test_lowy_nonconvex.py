@@ -234,7 +234,7 @@ def test_full_settings_are_the_papers():
     (alt,) = FAMILY["alt"].programs(w, w.panels[0], trial)
     assert alt.grid["step_size"] == pytest.approx(list(np.exp(np.linspace(-9, 0, 15))))
     assert [p.columns["phase_length"] for p in FAMILY["spider"].programs(w, w.panels[0], trial)] == list(range(1, 11))
-    # the reduced variant (docs/reproductions.md): Fig. 4's panel, 3 trials x 2 reps, 3 step sizes, 2 clips
+    # the reduced variant (docs/papers/lowy-nonconvex.md): Fig. 4's panel, 3 trials x 2 reps, 3 step sizes, 2 clips
     r = N.MNIST.form_of(variant="reduced")
     assert r.form == "full+reduced" and _pairs(r) == {(25, 25)} and (r.trials, r.reps) == (3, 2)
     assert dict(r["steps"])["mbsgd", 25] == pytest.approx(tuple(np.exp(np.linspace(-9, 0, 5)))[2:])
@@ -251,7 +251,7 @@ def test_unknown_variant_is_refused_by_name():
 @pytest.mark.full
 @pytest.mark.parametrize("name", NAMES)
 def test_full_reproduction_runs(tmp_path, name):
-    """The full forms (MNIST: about an hour per trial on 2 CPU cores; see docs/reproductions.md)."""
+    """The full forms (MNIST: about an hour per trial on 2 CPU cores; see docs/papers/lowy-nonconvex.md)."""
     assert main(["reproduce", name, "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "results.json").read_text())
     assert all(math.isfinite(r["metrics"]["test_error"]) for r in doc["runs"])

@@ -1,4 +1,4 @@
-"""``jaxfl tables``: the tables of docs/reproductions.md are generated from the committed results/ files."""
+"""``jaxfl tables``: the tables of README.md and docs/papers/*.md are generated from the committed results/ files."""
 import json
 import shutil
 
@@ -8,7 +8,6 @@ from jaxfl.experiments import report, tables
 from jaxfl.experiments.registry import experiments
 
 ROOT = tables.repo_root()
-DOCS = ROOT / "docs" / "reproductions.md"
 
 
 @pytest.mark.parametrize("document", tables.DOCUMENTS)
@@ -19,7 +18,7 @@ def test_docs_tables_equal_what_the_committed_results_give(document):
 
 
 def test_every_block_names_a_committed_results_file():
-    for match in tables.BLOCK.finditer(DOCS.read_text()):
+    for match in (m for d in tables.DOCUMENTS for m in tables.BLOCK.finditer((ROOT / d).read_text())):
         for rel in match.group("path").split(","):
             assert (ROOT / rel / "results.json").is_file()
 
@@ -107,7 +106,7 @@ def test_summary_md_of_each_committed_run_is_its_studys_summary():
 
 
 def test_check_flags_a_hand_edited_number(tmp_path):
-    rel = next(tables.BLOCK.finditer(DOCS.read_text())).group("path")
+    rel = next(tables.BLOCK.finditer((ROOT / tables.DOCUMENTS[1]).read_text())).group("path")
     shutil.copytree(ROOT / rel, tmp_path / rel, ignore=shutil.ignore_patterns("checkpoints", "curves.csv"))
     docs = tmp_path / "docs.md"
     docs.write_text(f"intro\n<!-- generated from {rel} -->\nold\n<!-- end generated -->\noutro\n")
