@@ -2,14 +2,16 @@
 
 Training needs only JAX, optax, flax, dp_accounting, jax-privacy, orbax and NumPy/SciPy (``pip install jaxfl``).
 Figures and the studies' data helpers need ``pip install 'jaxfl[studies]'`` (matplotlib, scikit-learn); the
-benchmarks' baselines ``'jaxfl[bench]'`` (PyTorch, Opacus). ``import jaxfl`` imports none of them.
+benchmarks' baselines ``'jaxfl[bench]'`` (PyTorch, Opacus);
+TensorBoard metrics ``'jaxfl[tensorboard]'`` (tensorboardX). ``import jaxfl`` imports none of them.
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-EXTRA_OF = {"matplotlib": "studies", "sklearn": "studies", "torch": "bench", "opacus": "bench"}
+EXTRA_OF = {"matplotlib": "studies", "sklearn": "studies", "torch": "bench", "opacus": "bench",
+            "tensorboardX": "tensorboard"}
 """Top-level module -> the jaxfl extra that installs it."""
 
 

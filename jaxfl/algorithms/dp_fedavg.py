@@ -61,6 +61,19 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     Privacy (client level, central: add/remove one client's whole data, against anyone who sees the server's
     models; the server is trusted with the clipped updates; the number of clients is not assumed public): per
     round ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (2000, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> data = iid(x, y, num_silos=200, seed=0)            # 200 clients of 10 records
+      >>> algorithm = dp_fedavg(logistic_loss, client_opt=optax.sgd(0.5), local_steps=2, batch_size=5,
+      ...                       client_rate=0.1, expected_clients=20, clip_norm=1.0, noise_multiplier=1.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(5), rounds=30, delta=1e-4, progress=False)
+      >>> round(result.epsilon, 2)                           # client level: one client's data added or removed
+      4.05
     """
     check_private_args(clip_norm, noise_multiplier)
     if isinstance(client_rate, (int, float)):  # a traced rate (a sweep) is checked by whoever built the sweep

@@ -68,6 +68,19 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
     step). Poisson sampling is accounted by the RDP and PLD accountants under add/remove-one, by the PLD
     accountant only under replace-one; with-replacement sampling needs the ``"lowy"`` accountant (dp_accounting
     has no accountant for that event).
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> data = iid(x, y, num_silos=4, seed=0)               # 4 silos of 100 records
+      >>> algorithm = minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0), sampling_rate=0.2,
+      ...                           expected_batch_size=20, clip_norm=1.0, noise_multiplier=2.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(5), rounds=50, delta=1e-5, progress=False)
+      >>> result.epsilons.shape, bool(result.epsilon == result.epsilons.max())   # one ledger per silo
+      ((4,), True)
     """
     private = check_private_args(clip_norm, noise_multiplier)
     scheduled = isinstance(sampling_rate, PerRound)
@@ -198,6 +211,18 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     add/remove-one neighbours with ``expected_batch_size`` (every step's clipped sum divided by that public
     constant; the default to use) and replace-one without it (divided by the silo's own size), as in
     :func:`minibatch_sgd`.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> algorithm = local_sgd(logistic_loss, client_opt=optax.sgd(0.5), local_steps=5, batch_size=10)  # FedAvg
+      >>> result = jaxfl.train(algorithm, iid(x, y, num_silos=4, seed=0), init_linear(5), rounds=20,
+      ...                      progress=False)
+      >>> float(binary_accuracy(result.params, x, y)) > 0.9
+      True
     """
     private = check_private_args(clip_norm, noise_multiplier)
     sampler = local.make_sampler(batch_size, sampling_rate, chunk if sampling_rate is not None else None,

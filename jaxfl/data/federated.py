@@ -71,6 +71,13 @@ def from_silos(silos: Sequence[tuple[np.ndarray, np.ndarray]], *, max_records: i
     Raises:
       ValueError: naming the offending silo and value, for an empty silo, NaN/inf features or targets,
         mismatched feature shapes, or ``x_i``/``y_i`` of different lengths.
+
+    Example:
+      >>> import numpy as np, jaxfl
+      >>> silos = [(np.ones((3, 2)), np.zeros(3, np.int32)), (np.ones((5, 2)), np.ones(5, np.int32))]
+      >>> data = jaxfl.from_silos(silos)
+      >>> data.x.shape, data.y.shape, data.counts.tolist()   # padded to the largest silo
+      ((2, 5, 2), (2, 5), [3, 5])
     """
     if len(silos) == 0:
         raise ValueError("need at least one silo, got 0")

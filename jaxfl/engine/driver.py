@@ -1,4 +1,5 @@
-"""The Python driver: compiled round chunks, accounting between them, evaluation, metrics, checkpoints.
+"""The Python driver: compiled round chunks, accounting between them, and callbacks (evaluation, metrics,
+checkpoints, the budget stop: :mod:`jaxfl.engine.callbacks`) between the calls.
 
 ::
 
@@ -25,10 +26,8 @@ from tqdm.auto import tqdm
 
 from jaxfl import checks
 from jaxfl.data.federated import FederatedData
-from jaxfl.engine import sharding
-from jaxfl.engine.checkpoint import Checkpointer
-from jaxfl.engine.metrics import MetricsWriter
-from jaxfl.engine.protocol import FederatedAlgorithm, SiloState, initial_state, schedule_length, silo_models_of
+from jaxfl.engine import callbacks as callbacks_lib, sharding
+from jaxfl.engine.protocol import FederatedAlgorithm, SiloState, initial_state, schedule_length
 from jaxfl.privacy import keys as keys_lib
 
 
@@ -71,15 +70,6 @@ def check_schedule(algorithm: FederatedAlgorithm, rounds: int) -> None:
     length = schedule_length(algorithm)
     if length is not None and rounds > length:
         raise ValueError(f"rounds={rounds} runs past the schedule of {algorithm.name!r}, which covers {length} rounds")
-
-
-def _silo_evaluator(algorithm: FederatedAlgorithm, silo_eval_fn, num_silos: int):
-    """``state -> {name: [num_silos]}``: ``silo_eval_fn`` on every silo's own model, jitted."""
-
-    def evaluate(state):
-        return jax.vmap(silo_eval_fn)(silo_models_of(algorithm, state, num_silos), jnp.arange(num_silos))
-
-    return jax.jit(evaluate)
 
 
 @dataclasses.dataclass
@@ -181,7 +171,7 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
           accountant: str = "rdp", target_epsilon: float | None = None, delta=None,
           metrics_path=None, checkpoint_dir=None, mesh=None, progress: bool = True,
           run_info: dict | None = None, silo_eval_fn: Callable[[Any, Any], dict] | None = None,
-          on_record: Callable[[dict], None] | None = None) -> TrainResult:
+          on_record: Callable[[dict], None] | None = None, callbacks=()) -> TrainResult:
     """Runs ``rounds`` rounds of ``algorithm`` on ``data`` from ``params``.
 
     Args:
@@ -217,11 +207,27 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
       run_info: extra fields written into every metrics record (e.g. ``{"seed": 0}``).
       on_record: called with every metrics record once it is written and checkpointed (e.g. to log a
         long run's progress).
+      callbacks: more :class:`jaxfl.engine.callbacks.Callback` s, run after the ones the arguments above stand for
+        (:func:`jaxfl.engine.callbacks.default_callbacks`: evaluation, the record's epsilon and wall seconds, the
+        budget stop, the metrics file, checkpoints, ``on_record``), e.g.
+        :class:`jaxfl.engine.callbacks.TensorBoard`.
 
     Faults: an exception in ``eval_fn`` or ``silo_eval_fn`` is raised after the round's metrics record (with
     ``eval_error``) and checkpoint are written; SIGTERM (in the main thread) lets the round in flight finish
     and be saved, then goes on to the previous handler (``stop_reason`` ``"terminated"`` if that returns). A
     resumed run recomputes nothing it saved and charges the ledger once per round.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (1000, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> algorithm = jaxfl.dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50,
+      ...                          num_records=1000, clip_norm=1.0, noise_multiplier=1.0)
+      >>> result = jaxfl.train(algorithm, jaxfl.from_silos([(x, y)]), init_linear(5), rounds=1000,
+      ...                      target_epsilon=2.0, delta=1e-5, progress=False)
+      >>> result.stop_reason, result.rounds < 1000, result.epsilon <= 2.0   # stopped before exceeding the budget
+      ('budget', True, True)
     """
     rounds = checks.non_negative_int("rounds", rounds)
     eval_every = rounds if eval_every is None else checks.integer("eval_every", eval_every)
@@ -251,88 +257,62 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     state = initial_state(algorithm, params, data.num_silos)
     if mesh is not None:
         state = sharding.shard_silo_state(state, mesh)
-    start, seconds_before = 0, 0.0
-    writer = MetricsWriter(metrics_path)
-    ckpt = Checkpointer(checkpoint_dir) if checkpoint_dir is not None else None
     run_id = {"algorithm": algorithm.name, "key": np.asarray(jax.random.key_data(root)).ravel().tolist()}
-    if ckpt is not None and ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(ckpt.latest_step(), state)
-        if {k: meta.get(k) for k in run_id} != run_id:
-            raise ValueError(f"checkpoint in {checkpoint_dir} belongs to another run (algorithm "
-                             f"{meta.get('algorithm')!r}, key {meta.get('key')}); this run is {run_id}")
-        start, seconds_before = int(meta["round"]), float(meta.get("wall_seconds", 0.0))
-        if ledger is not None:
-            ledger.record(start)
-        writer.truncate_after(start)
-
-    evaluate_silos = None if silo_eval_fn is None else _silo_evaluator(algorithm, silo_eval_fn, data.num_silos)
-    history, stop_reason = [], "completed"
-    bar = tqdm(total=rounds, initial=start, disable=not progress, desc=algorithm.name, leave=False)
+    run = callbacks_lib.Run(algorithm, data, state, 0, rounds, ledger, delta, run_id, num_silos)
+    hooks = callbacks_lib.default_callbacks(
+        eval_fn=eval_fn, silo_eval_fn=silo_eval_fn, target_epsilon=target_epsilon, metrics_path=metrics_path,
+        checkpoint_dir=checkpoint_dir, on_record=on_record) + list(callbacks)
+    history = []
+    bar = tqdm(total=rounds, disable=not progress, desc=algorithm.name, leave=False)
     per_round = progress and mesh is None  # with a mesh each device would call back
     on_round = (lambda _: bar.update(1)) if per_round else None
     chunk = jax.jit(lambda st, d, k, s, inputs, n: run_rounds(algorithm, st, d, k, s, n, inputs, on_round),
                     static_argnums=5)
-    t0 = time.perf_counter()
-    r = start
     terminate = _TerminationGuard()
     try:
+        for hook in hooks:
+            hook.on_start(run)
+        bar.n = run.round
+        bar.refresh()
+        run.started = time.perf_counter()
         with sharding.mesh_context(mesh), terminate:
-            while r < rounds:
+            while run.round < rounds and run.stop_reason is None:
+                r = run.round
                 n = min(eval_every - (r % eval_every), rounds - r, rounds_per_call or rounds)
-                if target_epsilon is not None:
-                    n = ledger.rounds_within_budget(target_epsilon, delta, n)
-                    if n == 0:
-                        stop_reason = "budget"
-                        break
-                state, infos = chunk(state, data, root, jnp.asarray(r, jnp.int32), schedule_slice(algorithm, r, n), n)
-                r += n
+                for hook in hooks:
+                    n = hook.rounds_allowed(run, n) if n > 0 else 0
+                if n == 0:
+                    break
+                run.state, infos = chunk(run.state, data, root, jnp.asarray(r, jnp.int32),
+                                         schedule_slice(algorithm, r, n), n)
+                run.round = r = r + n
                 if ledger is not None:
                     ledger.record(n)
                 record = {"round": r, **(run_info or {})}
                 record.update({k: float(np.mean(v)) for k, v in sharding.to_host(infos).items()})
-                failure = None
-                try:  # a failing evaluation still leaves this round's metrics and checkpoint behind
-                    if eval_fn is not None:
-                        record.update({k: float(v) for k, v in eval_fn(state.params).items()})
-                    if evaluate_silos is not None:
-                        per_silo = sharding.to_host(evaluate_silos(state))
-                        record["silos"] = {k: np.asarray(v)[:num_silos].astype(float).tolist()
-                                           for k, v in per_silo.items()}
-                except Exception as error:  # re-raised below, once the round is saved
-                    failure = error
-                    record["eval_error"] = f"{type(error).__name__}: {error}"
-                if ledger is not None:
-                    record["epsilon"] = float(ledger.epsilon(delta))
-                record["wall_seconds"] = seconds_before + time.perf_counter() - t0
-                writer.write(record)
                 history.append(record)
-                if ckpt is not None:
-                    ckpt.save(r, state, {"round": r, **run_id, "wall_seconds": record["wall_seconds"]})
-                if failure is not None:
-                    failure.add_note(f"jaxfl: raised by the evaluation after round {r}; that round's metrics"
-                                     + (" and checkpoint were" if ckpt is not None else " were") + " saved first")
-                    raise failure
-                if on_record is not None:
-                    on_record(record)
+                for hook in hooks:  # evaluation and the stamp first: they fill the record the others save
+                    hook.on_record(run, record)
+                if run.failure is not None:
+                    run.failure.add_note(f"jaxfl: raised by the evaluation after round {r}; that round's metrics"
+                                         + (" and checkpoint were" if checkpoint_dir is not None else " were")
+                                         + " saved first")
+                    raise run.failure
                 if per_round:
                     bar.n = r  # the callbacks have counted these rounds; this only settles the count
                     bar.refresh()
                 else:
                     bar.update(n)
                 if terminate.requested:
-                    stop_reason = "terminated"
-                    break
-                if (target_epsilon is not None and r < rounds
-                        and ledger.rounds_within_budget(target_epsilon, delta, 1) == 0):
-                    stop_reason = "budget"
-                    break
+                    run.stop_reason = "terminated"
     finally:
         bar.close()
-        if ckpt is not None:
-            ckpt.close()
+        for hook in hooks:
+            hook.on_end(run)
     epsilon = epsilons = None
     if ledger is not None:
         epsilon = float(ledger.epsilon(delta))
         epsilons = np.asarray(ledger.epsilons(delta))
-    return TrainResult(state, r, stop_reason, history, epsilon, epsilons, ledger)
+    return TrainResult(run.state, run.round, run.stop_reason or "completed", history, epsilon, epsilons,
+                       ledger)
 

@@ -119,6 +119,21 @@ def sweep(build: Callable[..., Any], grid: dict[str, Sequence] | Sequence[dict],
         checkpoint of the same sweep (grid, seeds, rounds, segments, batches, and the bytes of data, params,
         eval_data and constants) resumes after its last segment, giving what an uninterrupted call gives;
         one of another sweep raises ValueError. Removed when the sweep returns.
+
+    Example:
+      >>> import optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> data = iid(x, y, num_silos=4, seed=0)
+      >>> build = lambda z: jaxfl.minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0), sampling_rate=0.2,
+      ...                                       expected_batch_size=20, clip_norm=1.0, noise_multiplier=z)
+      >>> out = jaxfl.sweep(build, {"z": [0.5, 2.0]}, data, init_linear(5), rounds=50, seeds=range(3),
+      ...                   evaluate=lambda p: {"acc": binary_accuracy(p, jnp.asarray(x), jnp.asarray(y))})
+      >>> out.metrics["acc"].shape                            # [configurations, seeds]
+      (2, 3)
     """
     checks.federated_data(data)
     if eval_every is not None:

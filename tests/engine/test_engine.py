@@ -239,7 +239,7 @@ def test_sweep_equals_individual_runs(small_data):
 
 def test_uniform_participation_picks_m_real_silos():
     counts = jnp.asarray([10, 0, 5, 7, 3, 0, 9], jnp.int32)
-    pick = participation.uniform(3)
+    pick = jax.jit(participation.uniform(3).weights)  # compiled once: 200 eager draws dispatch op by op
     seen = np.zeros(7)
     for r in range(200):
         w = np.asarray(pick(jax.random.fold_in(jax.random.key(0), r), counts))
