@@ -67,10 +67,16 @@ class Run:
 
 
 class Callback:
-    """Hooks of :func:`~jaxfl.engine.train`; each default does nothing."""
+    """Hooks of :func:`~jaxfl.engine.train`; each default does nothing. ``train`` calls ``restore`` on every
+    callback, then ``on_start`` on every callback, then per compiled call ``rounds_allowed`` and ``on_record``,
+    and ``on_end`` when the run ends; each in the callbacks' order."""
+
+    def restore(self, run: Run) -> None:
+        """First of all: a callback that keeps the run elsewhere (:class:`Checkpoints`) may set ``run.state``,
+        ``run.round`` and ``run.seconds_before`` to resume it."""
 
     def on_start(self, run: Run) -> None:
-        """Before the first compiled call (after a checkpoint, if any, was restored by :class:`Checkpoints`)."""
+        """Before the first compiled call, once every callback has restored what it keeps."""
 
     def rounds_allowed(self, run: Run, rounds: int) -> int:
         """How many of the next ``rounds`` rounds may run (0 ends the run with ``run.stop_reason``)."""
@@ -177,7 +183,7 @@ class Checkpoints(Callback):
         self.directory = directory
         self.ckpt = Checkpointer(directory, max_to_keep=max_to_keep)
 
-    def on_start(self, run: Run) -> None:
+    def restore(self, run: Run) -> None:
         step = self.ckpt.latest_step()
         if step is None:
             return

@@ -271,6 +271,8 @@ def train(algorithm: FederatedAlgorithm, data: FederatedData, params, *, rounds:
     terminate = _TerminationGuard()
     try:
         for hook in hooks:
+            hook.restore(run)
+        for hook in hooks:
             hook.on_start(run)
         bar.n = run.round
         bar.refresh()

@@ -121,9 +121,11 @@ def test_resume_after_kill_equals_unbroken_run(tmp_path, small_data):
 def test_resumed_run_counts_seconds_from_round_zero(tmp_path, small_data, monkeypatch):
     """``wall_seconds`` of a resumed run continues the killed sitting's count (a clock that ticks 1 s per
     reading makes it exact)."""
-    from jaxfl.engine import driver
+    from jaxfl.engine import callbacks, driver
     ticks = iter(range(1000))
-    monkeypatch.setattr(driver, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: float(next(ticks)))}))
+    clock = type("Clock", (), {"perf_counter": staticmethod(lambda: float(next(ticks)))})
+    monkeypatch.setattr(driver, "time", clock)      # the sitting's start
+    monkeypatch.setattr(callbacks, "time", clock)   # each record's stamp
     kw = dict(rounds=6, key=3, eval_every=2, progress=False, metrics_path=tmp_path / "m.jsonl",
               checkpoint_dir=tmp_path / "ckpt")
     train(_dp_sgd(), small_data, init_linear(5), **{**kw, "rounds": 4})   # readings 0 (start), 1, 2
