@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl.accounting import lowy_convex
+from jaxfl.accounting import sgd_noise
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import local, run_rounds
@@ -194,8 +194,8 @@ def main():
     clip = float(np.max(np.linalg.norm(x_host, axis=-1)))  # logistic gradients have norm <= ||x||
     lipschitz = 2 * clip  # seed 000's L = 2 max ||x||
     # Seed 000's experimental noise on each silo's mean gradient, and jaxfl's multiplier for it.
-    sigma = lowy_convex.sigma_experiment_mbsgd(lipschitz, n, ROUNDS, EPSILON, delta)
-    noise_multiplier = lowy_convex.noise_multiplier_from_sigma(sigma, clip, BATCH)
+    sigma = sgd_noise.sigma_experiment_mbsgd(lipschitz, n, ROUNDS, EPSILON, delta)
+    noise_multiplier = sgd_noise.noise_multiplier_from_sigma(sigma, clip, BATCH)
 
     algorithm = minibatch_sgd(loss, server_opt=optax.sgd(STEP_SIZE), batch_size=BATCH, clip_norm=clip,
                               noise_multiplier=noise_multiplier)

@@ -67,7 +67,7 @@ try:
 except ImportError:  # the baseline then runs with NumPy's default BLAS threads
     threadpool_limits = None
 
-from jaxfl.accounting.lowy_convex import sigma_experiment_local_sgd, sigma_experiment_mbsgd
+from jaxfl.accounting.sgd_noise import sigma_experiment_local_sgd, sigma_experiment_mbsgd
 from jaxfl.engine import grid_points, local, sweep
 from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
 from jaxfl.experiments import lowy_convex as LC

@@ -6,8 +6,8 @@ record's contribution (the L2 sensitivity under add/remove-one neighbours, half 
 see :func:`jaxfl.accounting.events.clipped_sum_gaussian`). jaxfl's own events live in
 :mod:`jaxfl.accounting.events`; the accountants, by name, in one table (``ACCOUNTANTS``).
 """
-from jaxfl.accounting import (closed_forms, dprec, events, group, lowy_convex, lowy_nonconvex, shuffle_model,
-                              vandijk_async)
+from jaxfl.accounting import (closed_forms, dprec, events, group, increasing_samples, moments, sgd_noise, shuffle_model,
+                              variance_reduced_noise, with_replacement)
 from jaxfl.accounting.accountants import (ACCOUNTANTS, DEFAULT_RDP_ORDERS, Accountant, DpEvent,
                                           NeighboringRelation, PldAccountant, RdpAccountant,
                                           UnsupportedEventError, accountant_relations, available_accountants,
@@ -35,7 +35,8 @@ __all__ = [
     "clipped_sum_sensitivity",
     "calibrate", "epsilon_for", "noise_multiplier_for",
     "add_account_parser", "run_account",
-    "closed_forms", "dprec", "group", "lowy_convex", "lowy_nonconvex", "shuffle_model", "vandijk_async",
+    "closed_forms", "dprec", "group", "increasing_samples", "moments", "sgd_noise", "shuffle_model",
+    "variance_reduced_noise", "with_replacement",
     "advanced_composition", "advanced_composition_per_step", "amplify_poisson",
     "amplify_with_replacement_ullman", "amplify_without_replacement", "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma", "gaussian_sigma", "gaussian_sigma_bun_steinke", "parallel_composition",

@@ -402,10 +402,10 @@ class _Lazy:
 ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
     "rdp": RdpAccountant,                                              # dp_accounting's RDP
     "pld": PldAccountant,                                              # dp_accounting's PLD
-    "lowy": _Lazy("jaxfl.accounting.lowy_convex", "LowyAccountant"),     # Lowy & Razaviyayn: sampling with replacement
+    "lowy": _Lazy("jaxfl.accounting.sgd_noise", "LowyAccountant"),     # Lowy & Razaviyayn: sampling with replacement
     "shuffle": _Lazy("jaxfl.accounting.shuffle_model", "ShuffleAccountant"),  # both ISRL-DP papers: shuffle model
     "dprec": _Lazy("jaxfl.accounting.dprec", "DprecAccountant"),         # Triastcyn et al.: DP-REC, Theorem 1
-    "vandijk-moments": _Lazy("jaxfl.accounting.vandijk_async", "MomentsAccountant"),  # van Dijk et al.: Lemma D.1
+    "vandijk-moments": _Lazy("jaxfl.accounting.moments", "MomentsAccountant"),  # van Dijk et al.: Lemma D.1
 }
 
 

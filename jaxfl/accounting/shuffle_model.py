@@ -28,7 +28,7 @@ import math
 from jaxfl.accounting import closed_forms
 from jaxfl.accounting.accountants import NeighboringRelation
 from jaxfl.accounting.events import PvecDpEvent, ShuffledGaussianDpEvent, clipped_sum_sensitivity
-from jaxfl.accounting.lowy_convex import LowyAccountant, flatten_steps
+from jaxfl.accounting.sgd_noise import LowyAccountant, flatten_steps
 from jaxfl.privacy import shuffle
 
 __all__ = ["PvecDpEvent", "ShuffleAccountant", "ShuffledGaussianDpEvent", "shuffled_gaussian_epsilon"]

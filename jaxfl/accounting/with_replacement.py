@@ -29,7 +29,7 @@ drawn ``j >= 2`` times, which matters once those branches' mass (``~ K^2 / 2n^2`
 The dataset whose other records all contribute ``a'`` reaches the mixture ``sum_j Bin(j) N(2 j C)`` against
 ``N(0)`` (dp_accounting's mixture-of-Gaussians PLD), a lower bound on the truth: measured, the bound here is
 1.3-3.5 times that lower bound's epsilon (``n = 50..1000``, ``K = 5..100``, 3-100 steps), and far below Ullman's
-closed form (:class:`jaxfl.accounting.lowy_convex.LowyAccountant`: Lowy & Razaviyayn's MNIST at nominal
+closed form (:class:`jaxfl.accounting.sgd_noise.LowyAccountant`: Lowy & Razaviyayn's MNIST at nominal
 ``epsilon = 0.75`` is certified at 0.709 here, 12.8 there). Tests check both sides and Monte Carlo of the
 mechanism on that dataset.
 

@@ -1,17 +1,17 @@
 """Federated algorithms, each a factory returning a :class:`jaxfl.engine.FederatedAlgorithm`.
 
-Modules are named after the paper whose algorithms they hold, as in :mod:`jaxfl.accounting` and
-:mod:`jaxfl.experiments`: ``lowy_convex`` holds Lowy & Razaviyayn's ISRL-DP algorithms for convex losses (noisy
-MB-SGD with its calibrations, accelerated AC-SA one-pass / ERM / multi-stage, ISRL-DP Local SGD,
-shuffle-model variants); ``lowy_nonconvex`` Lowy et al.'s (prox-SGD/GD, FedProx-SVRG / PL-SVRG,
-FedProx-SPIDER, Alt Fed-SPIDER and their shuffle-model versions); ``dprec`` Triastcyn et al.'s DP-REC
-(relative-entropy-coded updates as the privacy mechanism); ``joint_dp`` Huang et al.'s A_NSGD and A_NSSGD (its
-experiments' regimes are :func:`personalized` with different parameter partitions); ``async_dp`` van Dijk et al.'s
-asynchronous protocol (its host timeline in ``async_timeline``, its sample- and step-size sequences in
-``async_schedules``). ``prox`` holds the proximal operators they step with (composable with optax).
+One module per concept: ``sgd`` (DP-SGD, minibatch SGD and Local SGD on the engine), ``dp_fedavg``,
+``noisy_sgd`` (noisy minibatch / Local SGD under ISRL-DP with their calibrations), ``accelerated`` (AC-SA made
+ISRL-DP: one pass, federated ERM, multi-stage), ``variance_reduced`` (noisy prox-SGD/GD, FedProx-SVRG / PL-SVRG,
+FedProx-SPIDER), ``shuffled`` (the shuffle-model versions of both), ``averaging`` (output averaging of iterates),
+``prox`` (proximal operators composable with optax, and the Moreau envelope), ``personalized`` and ``joint_dp``
+(private and shared parameters: joint differential privacy), ``async_dp`` (asynchronous rounds with growing sample
+sizes; its host timeline in ``async_timeline``, its sample- and step-size sequences in ``async_schedules``),
+``dprec`` (relative-entropy-coded updates as the privacy mechanism), ``scaffold``. Each module's docstring cites
+the papers it implements under References; :doc:`/papers/index` maps each paper to its functions.
 """
-from jaxfl.algorithms import (async_dp, async_schedules, async_timeline, dprec, joint_dp, lowy_convex, lowy_nonconvex,
-                              prox)
+from jaxfl.algorithms import (accelerated, async_dp, async_schedules, async_timeline, averaging, dprec, joint_dp,
+                              noisy_sgd, prox, shuffled, variance_reduced)
 from jaxfl.algorithms.async_dp import async_sgd, sync_sgd
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.algorithms.dprec import dp_rec
@@ -20,6 +20,6 @@ from jaxfl.algorithms.personalized import personalized
 from jaxfl.algorithms.scaffold import scaffold
 from jaxfl.algorithms.sgd import dp_sgd, local_sgd, minibatch_sgd
 
-__all__ = ["ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "sync_sgd", "dp_fedavg", "dp_rec",
-           "dp_sgd", "dprec", "joint_dp", "local_sgd", "lowy_convex", "lowy_nonconvex", "minibatch_sgd",
-           "nssgd", "personalized", "prox", "scaffold"]
+__all__ = ["accelerated", "ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "averaging",
+           "sync_sgd", "dp_fedavg", "dp_rec", "dp_sgd", "dprec", "joint_dp", "local_sgd", "minibatch_sgd", "noisy_sgd",
+           "nssgd", "personalized", "prox", "scaffold", "shuffled", "variance_reduced"]

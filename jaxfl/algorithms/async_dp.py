@@ -17,14 +17,14 @@ round-0 key (the driver's key of the first slice, kept in the server state), nev
 draws do not depend on timing: with zero delays and equal speeds :func:`async_sgd` equals :func:`sync_sgd`
 bitwise.
 
-Privacy: the paper analyses each client round as a subsampled Gaussian on a sum of ``s_i`` clipped
-gradients (sensitivity ``C`` per draw), with its moments accountant
-(:mod:`jaxfl.accounting.vandijk_async`). Its client takes those gradients at points its own earlier draws
-of the round moved, and draws with replacement, so one record can move the round's sum by more than ``C``
-(digest §8.1, §11.7): jaxfl states no privacy for this client (``privacy=None``); the paper's
-accounting and the tight Poisson-model epsilon of the same rounds are reported beside each run by the
-studies, labelled as such. ``sampling="poisson"`` is the stated variant (:func:`async_sgd`): every gradient
-of a round at its start point, a Poisson sample per round, and the tight epsilon as its statement.
+Privacy: the paper analyses each client round as a subsampled Gaussian on a sum of ``s_i`` clipped gradients
+(sensitivity ``C`` per draw), with its moments accountant (:mod:`jaxfl.accounting.moments`,
+:mod:`jaxfl.accounting.increasing_samples`). Its client takes those gradients at points its own earlier draws of
+the round moved, and draws with replacement, so one record can move the round's sum by more than ``C`` (digest
+§8.1, §11.7): jaxfl states no privacy for this client (``privacy=None``); the paper's accounting and the tight
+Poisson-model epsilon of the same rounds are reported beside each run by the studies, labelled as such.
+``sampling="poisson"`` is the stated variant (:func:`async_sgd`): every gradient of a round at its start point, a
+Poisson sample per round, and the tight epsilon as its statement.
 
 References:
   M. van Dijk, N. V. Nguyen, T. N. Nguyen, L. M. Nguyen, Q. Tran-Dinh and P. H. Nguyen. "Asynchronous

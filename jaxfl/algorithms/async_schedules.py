@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl import checks
-from jaxfl.accounting.vandijk_async import sample_sizes as dp_sizes
+from jaxfl.accounting.increasing_samples import sample_sizes as dp_sizes
 
 
 def _rounds(rounds) -> np.ndarray:

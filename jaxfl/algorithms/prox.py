@@ -12,8 +12,9 @@ Factories: :func:`identity` (f1 = 0, what Lowy et al.'s experiments use), :func:
 Euclidean projection and the step size is ignored), and :func:`chain` for the compositions that are
 *exactly* the prox of the sum of the penalties (see its docstring; others raise ``ValueError``).
 
-:func:`proximal` wraps an optax optimizer so that ``optax.apply_updates`` takes a proximal step, and
-:func:`gradient_mapping` is the paper's stationarity measure ``G_eta``.
+:func:`proximal` wraps an optax optimizer so that ``optax.apply_updates`` takes a proximal step,
+:func:`gradient_mapping` is the paper's stationarity measure ``G_eta``, and :func:`moreau_envelope` smooths a
+non-smooth per-example loss (the Moreau envelope, whose gradient is ``beta (w - prox(w))``).
 
 All operators are pure ``jax.numpy`` and work under ``jit``/``vmap``; the step size may be traced.
 """
@@ -306,3 +307,40 @@ def gradient_mapping_sq_norm(grad_f0: PyTree, params: PyTree, prox: Prox, eta) -
 
 __all__ = ["Prox", "ProximalState", "box", "chain", "elastic_net", "gradient_mapping", "gradient_mapping_sq_norm",
            "identity", "l1", "l2_ball", "l2_squared", "proximal"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Moreau envelope (smoothing a non-smooth per-example loss)
+
+
+def moreau_envelope(loss_fn: Callable, beta: float, *, inner_steps: int = 100, projection: Callable | None = None):
+    """The Moreau envelope ``f_beta(w, x) = min_{v in W} f(v, x) + (beta/2) ||w - v||^2`` of a per-example
+    loss (Lowy & Razaviyayn 2023, Thm D.2 runs noisy MB-SGD on it; Lemma D.7: convex, beta-smooth,
+    ``f_beta <= f <= f_beta + L^2/(2 beta)``).
+
+    The inner problem is ``beta``-strongly convex; it is solved by ``inner_steps`` projected subgradient
+    steps ``v <- Pi_W(v - (grad f(v) + beta (v - w)) / (beta (t + 1)))`` from ``v = w``. The returned loss
+    is ``f(v*) + (beta/2)||w - v*||^2`` with ``v*`` held constant, so its gradient is the Moreau identity
+    ``beta (w - prox(w))`` (envelope theorem). Lowy & Razaviyayn flags that ``f_beta`` is ``2L``-Lipschitz when
+    ``W`` is bounded (Lemma D.7): clip at ``2L`` to keep every per-example gradient (jaxfl clips anyway,
+    so the privacy guarantee never depends on this).
+    """
+    beta = float(beta)
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    project = projection if projection is not None else (lambda v: v)
+
+    def smoothed(params, x, y):
+        def step(v, t):
+            g = jax.grad(loss_fn)(v, x, y)
+            lr = 1.0 / (beta * (t + 1.0))
+            v = jax.tree_util.tree_map(lambda vi, gi, wi: vi - lr * (gi + beta * (vi - wi)), v, g, params)
+            return project(v), None
+
+        v, _ = jax.lax.scan(step, params, jnp.arange(inner_steps, dtype=jnp.float32))
+        v = jax.lax.stop_gradient(v)
+        gap = sum(jnp.sum((w - vi) ** 2) for w, vi in zip(jax.tree_util.tree_leaves(params),
+                                                             jax.tree_util.tree_leaves(v)))
+        return loss_fn(v, x, y) + 0.5 * beta * gap
+
+    return smoothed

@@ -72,17 +72,17 @@ def _personalized(noise_on: str = "all"):
 
 
 def _noisy_minibatch_sgd(**overrides):
-    from jaxfl.algorithms import lowy_convex
+    from jaxfl.algorithms import noisy_sgd
 
     kwargs = dict(step_size=1.0, batch_size=2, clip_norm=CLIP, noise_multiplier=10.0, microbatch=None)
-    return lowy_convex.noisy_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
+    return noisy_sgd.noisy_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
 
 
 def _noisy_prox_gd(**overrides):
-    from jaxfl.algorithms import lowy_nonconvex
+    from jaxfl.algorithms import variance_reduced
 
     kwargs = dict(step_size=1.0, clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
-    return lowy_nonconvex.noisy_prox_gd(linear_loss, **{**kwargs, **overrides})
+    return variance_reduced.noisy_prox_gd(linear_loss, **{**kwargs, **overrides})
 
 
 def _full_batch(**overrides):
@@ -94,41 +94,41 @@ def _full_batch(**overrides):
 
 
 def _accelerated_one_pass(**overrides):
-    from jaxfl.algorithms import lowy_convex
+    from jaxfl.algorithms import accelerated
 
-    schedule = lowy_convex.acsa_schedule(1, smoothness=1.0, noise_std=1.0, radius=1.0)
+    schedule = accelerated.acsa_schedule(1, smoothness=1.0, noise_std=1.0, radius=1.0)
     kwargs = dict(schedule=schedule, batch_size=BACKGROUND + 1, clip_norm=CLIP, noise_multiplier=NOISE,
                   microbatch=None)
-    return lowy_convex.accelerated_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
+    return accelerated.accelerated_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
 
 
 def _prox_sgd_one_pass(**overrides):
-    from jaxfl.algorithms import lowy_nonconvex
+    from jaxfl.algorithms import variance_reduced
 
     kwargs = dict(step_size=1.0, batch_size=BACKGROUND + 1, clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
-    return lowy_nonconvex.noisy_prox_sgd(linear_loss, **{**kwargs, **overrides})
+    return variance_reduced.noisy_prox_sgd(linear_loss, **{**kwargs, **overrides})
 
 
 def _fedprox_spider(**overrides):
-    from jaxfl.algorithms import lowy_nonconvex
+    from jaxfl.algorithms import variance_reduced
 
     kwargs = dict(step_size=1.0, phase_length=2, clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
-    return lowy_nonconvex.fedprox_spider(linear_loss, **{**kwargs, **overrides})
+    return variance_reduced.fedprox_spider(linear_loss, **{**kwargs, **overrides})
 
 
 def _fedprox_svrg(**overrides):
-    from jaxfl.algorithms import lowy_nonconvex
+    from jaxfl.algorithms import variance_reduced
 
     kwargs = dict(step_size=1.0, batch_size=2, epoch_length=2, clip_norm=CLIP, noise_multiplier=3.0,
                   output="last", microbatch=None)
-    return lowy_nonconvex.fedprox_svrg(linear_loss, **{**kwargs, **overrides})
+    return variance_reduced.fedprox_svrg(linear_loss, **{**kwargs, **overrides})
 
 
 def _shuffled_minibatch_sgd(**overrides):
-    from jaxfl.algorithms import lowy_convex
+    from jaxfl.algorithms import shuffled
 
     kwargs = dict(step_size=1.0, clip_norm=CLIP, noise_multiplier=1.0, silos_per_round=1)
-    return lowy_convex.shuffled_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
+    return shuffled.shuffled_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
 
 
 def _async_sgd(**overrides):
@@ -170,11 +170,11 @@ SDP_DIM = 16
 def _sdp_prox_sgd(**overrides):
     """SDP prox-SGD on a 16-parameter game (P_vec's bound composes over the coordinates), one pass in one batch,
     P_vec calibrated by :func:`jaxfl.privacy.shuffle.pvec_parameters` to epsilon 2 for the silo's 5 reports."""
-    from jaxfl.algorithms import lowy_nonconvex
+    from jaxfl.algorithms import shuffled
 
     kwargs = dict(params={"w": jnp.zeros(SDP_DIM, jnp.float32)}, step_size=1.0, batch_size=BACKGROUND + 1,
                   clip_norm=CLIP, shuffle_params=_sdp_prox_sgd_params(), silos_per_round=1)
-    return lowy_nonconvex.sdp_prox_sgd(linear_loss, **{**kwargs, **overrides})
+    return shuffled.sdp_prox_sgd(linear_loss, **{**kwargs, **overrides})
 
 
 def _sdp_prox_sgd_params():

@@ -2,8 +2,8 @@
 
 Figures 4-6 of the paper: test error against epsilon for ISRL-DP MB-SGD (the paper's Alg. 2), ISRL-DP
 Local SGD (noisy FedAvg) and their non-private versions, all built with the library's own
-:func:`~jaxfl.algorithms.lowy_convex.noisy_minibatch_sgd` / :func:`~jaxfl.algorithms.lowy_convex.noisy_local_sgd`
-and their ``"experiment"`` calibrations (§6, "moments accountant"; :mod:`jaxfl.accounting.lowy_convex`).
+:func:`~jaxfl.algorithms.noisy_sgd.noisy_minibatch_sgd` / :func:`~jaxfl.algorithms.noisy_sgd.noisy_local_sgd`
+and their ``"experiment"`` calibrations (§6, "moments accountant"; :mod:`jaxfl.accounting.sgd_noise`).
 The per-example clip ``C`` is ``L = 2 max ||x||`` (MNIST, obesity: clipping never binds) or the tuned
 clip (insurance, where ``L := C``). The engine's multiplier ``z`` does not depend on ``C`` and falls as
 ``1 / eps``, so the grid takes ``z(eps = 1)`` as a trial constant and divides by the traced epsilon.
@@ -35,8 +35,8 @@ import dp_accounting
 import numpy as np
 
 from jaxfl.accounting import PldAccountant, epsilon_for
-from jaxfl.accounting.lowy_convex import batch_experiment
-from jaxfl.algorithms import lowy_convex as algorithms
+from jaxfl.accounting.sgd_noise import batch_experiment
+from jaxfl.algorithms import noisy_sgd
 from jaxfl.experiments import lowy_convex_data as D
 from jaxfl.experiments.registry import register
 from jaxfl.experiments.report import Column, Curve, Figure, Report, Table
@@ -66,14 +66,14 @@ def _build(family: str, static: dict, *, epsilon, step_size, unit_z, lipschitz, 
     clip = lipschitz if clip_norm is None else clip_norm
     k, m, scripts = static["batch_size"], static["silos_per_round"], static["scripts"]
     if family == "mbsgd" and scripts:
-        return algorithms.authors_scripts_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k,
+        return noisy_sgd.authors_scripts_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k,
                                                         clip_norm=clip, noise_multiplier=z, silos_per_round=m,
                                                         **dict(scripts))
     if family == "mbsgd":
-        return algorithms.noisy_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k, clip_norm=clip,
+        return noisy_sgd.noisy_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k, clip_norm=clip,
                                               noise_multiplier=z, silos_per_round=m)
     window = {"averaging": "window", "window": 8} if scripts else {}
-    return algorithms.noisy_local_sgd(static["loss"], step_size=step_size, local_steps=k, clip_norm=clip,
+    return noisy_sgd.noisy_local_sgd(static["loss"], step_size=step_size, local_steps=k, clip_norm=clip,
                                       noise_multiplier=z, silos_per_round=m, **window)
 
 
@@ -81,10 +81,10 @@ def _unit_z(family: str, study: Study, trial: Trial):
     """``z(eps = 1)`` per silo (a float when the silos agree) from the library's ``"experiment"`` rules."""
     counts, k, rounds = np.asarray(trial.train.counts), study["batch_size"], study["rounds"]
     if family == "mbsgd":
-        return algorithms.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=rounds, epsilon=1.0,
+        return noisy_sgd.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=rounds, epsilon=1.0,
                                                   delta=trial.deltas, calibration="experiment",
                                                   batch_size=k).noise_multiplier
-    return algorithms.calibrate_local_sgd(clip_norm=1.0, counts=counts, rounds=rounds, local_steps=k, epsilon=1.0,
+    return noisy_sgd.calibrate_local_sgd(clip_norm=1.0, counts=counts, rounds=rounds, local_steps=k, epsilon=1.0,
                                           delta=trial.deltas).noise_multiplier
 
 

@@ -6,7 +6,7 @@ final training loss, of FedProx-SPIDER (Alg. 3) over its phase-length grid and A
 11)), ISRL-DP MB-SGD, ISRL-DP Local SGD, and non-private MB-SGD / Local SGD reference lines.
 
 * Noise: the paper's experimental calibrations, one function
-  (:func:`jaxfl.accounting.lowy_nonconvex.experiment_noise_multipliers`; digest §4.6, §4.8, §4.9) with
+  (:func:`jaxfl.accounting.variance_reduced_noise.experiment_noise_multipliers`; digest §4.6, §4.8, §4.9) with
   ``L`` the per-example clip ``C`` (a grid parameter), at the smallest silo ``n`` and ``delta = 1/n^2``.
   Every multiplier is proportional to ``1/eps``: the grid takes its value at ``eps = 1`` as a trial
   constant. ``K = int(n sqrt(24) / (2 sqrt(R)))`` (the authors' code) for every algorithm.
@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfl.accounting import lowy_nonconvex as A
-from jaxfl.algorithms import local_sgd, lowy_nonconvex as algorithms, minibatch_sgd
+from jaxfl.accounting import variance_reduced_noise as A
+from jaxfl.algorithms import local_sgd, minibatch_sgd, variance_reduced
 from jaxfl.experiments import lowy_nonconvex_data as D
 from jaxfl.experiments.registry import register
 from jaxfl.experiments.report import Column, Curve, Figure, Report, Table, paired_overview
@@ -77,10 +77,10 @@ def _build(family: str, static: dict, *, epsilon, step_size, clip_norm, unit_z, 
         return local_sgd(loss, client_opt=optax.sgd(step_size), local_steps=k, batch_size=1, clip_norm=clip_norm,
                          noise_multiplier=z, silos_per_round=m, clients_per_pass=static.get("clients_per_pass"))
     if family == "spider":
-        return algorithms.fedprox_spider(loss, step_size=step_size, phase_length=q, clip_norm=clip_norm,
+        return variance_reduced.fedprox_spider(loss, step_size=step_size, phase_length=q, clip_norm=clip_norm,
                                          batch_size=k, noise_multiplier=z[0], difference_noise_multiplier=z[1],
                                          silos_per_round=m)
-    return algorithms.alt_fed_spider(loss, step_size=step_size, batch_size=k, clip_norm=clip_norm,
+    return variance_reduced.alt_fed_spider(loss, step_size=step_size, batch_size=k, clip_norm=clip_norm,
                                      noise_multiplier=z[0], difference_noise_multiplier=z[1], silos_per_round=m)
 
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfl.accounting import vandijk_async as acct
+from jaxfl.accounting import increasing_samples, moments
 from jaxfl.algorithms import async_schedules as AS
 from jaxfl.algorithms import async_timeline as AT
 from jaxfl.algorithms.async_dp import async_sgd, latest_broadcast
@@ -342,7 +342,7 @@ def _increasing_label(per: str) -> str:
 
 def rounds_for(sizes_per_client, clients: int, iterations: int) -> int:
     """Rounds until the clients' steps together reach ``iterations``."""
-    return acct.rounds_to_reach(np.asarray(sizes_per_client) * clients, iterations)
+    return increasing_samples.rounds_to_reach(np.asarray(sizes_per_client) * clients, iterations)
 
 
 def _increasing_schedule(study: Study) -> tuple:
@@ -640,16 +640,18 @@ DP_STEPS = {"w8a-strong": ("inverse", 0.001), "w8a-plain": ("inverse_sqrt", 0.01
             "mnist-nonconvex": ("inverse_sqrt", 0.01)}
 
 
-def example_3() -> acct.Selection:
+def example_3() -> increasing_samples.Selection:
     """The paper's Example 3 (its DP experiments' parameters): N_c = 10,000, eps 1, sigma 8, K = 2.5 epochs."""
-    return acct.select_parameters(DP["initial_size"], 10_000, 1.0, DP["epsilon"], DP["sigma"], 2.5, r0=1 / math.e,
+    return increasing_samples.select_parameters(DP["initial_size"], 10_000, 1.0, DP["epsilon"], DP["sigma"], 2.5,
+                                                r0=1 / math.e,
                                   passes=3)
 
 
 def _dp_programs(study: Study, panel: Panel, trial: Trial):
     sel, t = example_3(), trial.info["trial"]
     k = study["k_per_client"]
-    rounds = acct.rounds_to_reach(acct.sample_sizes(10_000, sel.q, sel.m, 1.0, 10 * int(sel.rounds)), k)
+    rounds = increasing_samples.rounds_to_reach(increasing_samples.sample_sizes(10_000, sel.q, sel.m, 1.0,
+                                                                                10 * int(sel.rounds)), k)
     increasing = ("dp", DP["initial_size"], sel.q, sel.m, 1.0, rounds, 10_000)
     constant = ("constant", DP["initial_size"], math.ceil(k / DP["initial_size"]))
     kind, beta = DP_STEPS[panel["problem"]]
@@ -695,8 +697,8 @@ def _dp_describe(study, panel, trial, program, row) -> dict:
     stated = s.get("sampling") == "poisson"   # the ledger's epsilon_spent is then the statement
     privacy = {"stated": stated, "records_per_client": records, "sigma": z, "rounds": len(sizes),
                "aggregate_noise": math.sqrt(len(sizes)) * z,
-               "moments_epsilon": acct.moments_epsilon(sizes, records, z, delta),
-               "tight_epsilon_poisson_rdp": acct.tight_epsilon(sizes, records, z, delta)}
+               "moments_epsilon": moments.moments_epsilon(sizes, records, z, delta),
+               "tight_epsilon_poisson_rdp": moments.tight_epsilon(sizes, records, z, delta)}
     if s["schedule"][0] == "dp":
         privacy["paper_selection_delta"] = example_3().delta       # the paper's claim at eps 1 (N_c = 10,000)
     else:
@@ -793,14 +795,14 @@ def _example_row(static: dict, *, epsilon: float) -> dict:
     """One Example: the selection (q, m, T, B_priv, delta), the paper's printed T / B_priv / delta, and at the
     selection's delta the moments accountant on its rounds and the tight Poisson RDP epsilon of the same rounds."""
     records, eps, sigma, k, r0, passes, paper_t, paper_b, paper_delta = EXAMPLES[static["example"]]
-    sel = acct.select_parameters(16, records, 1.0, eps, sigma, k, r0=r0, passes=passes)
+    sel = increasing_samples.select_parameters(16, records, 1.0, eps, sigma, k, r0=r0, passes=passes)
     sizes = np.asarray(sel.sample_sizes)
     metrics = {"q": sel.q, "m": sel.m, "rounds": sel.rounds, "b_priv": sel.b_priv, "delta": sel.delta,
                "paper_rounds": paper_t, "paper_b_priv": math.nan if paper_b is None else paper_b,
                "paper_delta": math.nan if paper_delta is None else paper_delta,
                "aggregate_noise": sel.aggregate_noise(sigma),
-               "moments_epsilon": acct.moments_epsilon(sizes, records, sigma, sel.delta),
-               "tight_epsilon": acct.tight_epsilon(sizes, records, sigma, sel.delta)}
+               "moments_epsilon": moments.moments_epsilon(sizes, records, sigma, sel.delta),
+               "tight_epsilon": moments.tight_epsilon(sizes, records, sigma, sel.delta)}
     return {"metrics": metrics, "epsilon_spent": math.inf, "delta": sel.delta, "seed": None, "records": records,
             "sigma": sigma, "target_epsilon": eps}
 

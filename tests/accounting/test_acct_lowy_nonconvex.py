@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfl.accounting import lowy_convex as lc
-from jaxfl.accounting import lowy_nonconvex as ln
+from jaxfl.accounting import sgd_noise
+from jaxfl.accounting import variance_reduced_noise as ln
 
 
 # ------------------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_pl_svrg_batch_and_step_size():
     # eps n / (4 sqrt(2 S R ln(2/delta))) = 2 * 1000 / (4 sqrt(2 * 2 * 30 * ln(2e4))) = 2000 / (4 * 34.434) = 14.52
     raw = 2 * 1000 / (4 * math.sqrt(2 * 2 * 30 * math.log(2e4)))
     assert ln.pl_svrg_batch(1000, 2.0, 1e-4, 2, 30) == math.ceil(raw) == 15
-    assert ln.pl_svrg_batch(1000, 2.0, 1e-4, 2, 30) == lc.min_batch_theorem(1000, 60, 2.0, 1e-4)
+    assert ln.pl_svrg_batch(1000, 2.0, 1e-4, 2, 30) == sgd_noise.min_batch_theorem(1000, 60, 2.0, 1e-4)
     assert ln.pl_svrg_batch(10, 0.01, 1e-4, 1, 1) == 1
     # eta = (1/(8 beta)) min(1, K^1.5 sqrt(M)/n): K = 16, M = 4, n = 1000 -> 64 * 2 / 1000 = 0.128
     assert ln.pl_svrg_step_size(2.0, 16, 4, 1000) == pytest.approx(0.128 / 16, rel=1e-12)
@@ -211,7 +211,7 @@ def test_experiment_sigmas_use_ln_2_over_delta():
     assert diff == pytest.approx(math.sqrt(32 * 25 * lg2 * 25 / (n**2 * 2.25)), rel=1e-12)
     assert fresh == pytest.approx(math.sqrt(8 * 25 * lg2 * 25 / (n**2 * 2.25)), rel=1e-12)
     # seed 000's experiment sigma has ln(1/delta) instead: not the same function
-    assert lc.sigma_experiment_mbsgd(5.0, n, 25, 1.5, delta) < mb
+    assert sgd_noise.sigma_experiment_mbsgd(5.0, n, 25, 1.5, delta) < mb
 
 
 def test_experiment_batch_sizes():
@@ -221,7 +221,7 @@ def test_experiment_batch_sizes():
     assert ln.batch_experiment_code(1000, 100) == 244
     assert ln.batch_experiment_code(3, 10000) == 1
     # paper: n sqrt(eps) / (2 sqrt(R)); 1238 * sqrt(3) / (2 * 5) = 214.4
-    assert ln.batch_experiment_paper(1238, 25, 3.0) == 214 == lc.batch_experiment(1238, 25, 3.0)
+    assert ln.batch_experiment_paper(1238, 25, 3.0) == 214 == sgd_noise.batch_experiment(1238, 25, 3.0)
     assert ln.batch_experiment_paper(1238, 25, 24.0) == 606
 
 
@@ -282,7 +282,7 @@ def test_noise_multiplier():
     # sigma = 0.02 on a mean of K = 50 gradients clipped to C = 0.5, sensitivity 2 (replace-one):
     # z = 0.02 * 50 / (2 * 0.5) = 1.0
     assert ln.noise_multiplier(0.02, 0.5, 50, sensitivity=2.0) == pytest.approx(1.0)
-    assert ln.noise_multiplier(0.02, 0.5, 50) == pytest.approx(lc.noise_multiplier_from_sigma(0.02, 0.5, 50))
+    assert ln.noise_multiplier(0.02, 0.5, 50) == pytest.approx(sgd_noise.noise_multiplier_from_sigma(0.02, 0.5, 50))
     with pytest.raises(ValueError, match="sigma"):
         ln.noise_multiplier(math.inf, 0.5, 50)
     with pytest.raises(ValueError, match="clip_norm"):

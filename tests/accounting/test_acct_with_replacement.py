@@ -10,7 +10,7 @@ from dp_accounting.pld import privacy_loss_distribution as dpa_pld
 from scipy import stats
 
 from jaxfl.accounting import NeighboringRelation, PldAccountant, SiloLedger, make_accountant
-from jaxfl.accounting.lowy_convex import LowyAccountant
+from jaxfl.accounting.sgd_noise import LowyAccountant
 from jaxfl.accounting.with_replacement import drawn_probability, with_replacement_gaussian_pld
 
 GRID = 1e-3

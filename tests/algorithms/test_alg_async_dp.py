@@ -242,16 +242,16 @@ def test_poisson_variant_one_record_moves_a_rounds_message_by_at_most_2_eta_c(da
 @pytest.mark.slow
 def test_poisson_variant_states_the_tight_epsilon_of_its_rounds(data):
     """The run's ledger (add/remove one record, one schedule of Poisson-sampled Gaussians per client over the
-    slices) certifies what jaxfl.accounting.vandijk_async.tight_epsilon computes for the client's rounds; the
+    slices) certifies what jaxfl.accounting.moments.tight_epsilon computes for the client's rounds; the
     paper's variant and an unclipped one state nothing; s_i > N_c and per-iteration steps are refused."""
-    from jaxfl.accounting import vandijk_async as acct
+    from jaxfl.accounting import moments
 
     tl = AT.simulate(SIZES, AT.draw_timing(N, 4, seed=3, speed_spread=0.6, mean_delay=5.0), lookahead=1)
     counts = np.asarray(data.counts)
     algorithm = AD.async_sgd(logistic, tl, step_size=ETA_ROUNDS, clip_norm=1.0, noise_multiplier=2.0,
                              sampling="poisson", records=counts)
     result = train(algorithm, data, PARAMS, rounds=tl.num_slices, key=0, delta=1e-5, progress=False)
-    expected = [acct.tight_epsilon(SIZES[:, c], int(counts[c]), 2.0, 1e-5) for c in range(N)]
+    expected = [moments.tight_epsilon(SIZES[:, c], int(counts[c]), 2.0, 1e-5) for c in range(N)]
     ledger = make_ledger(algorithm, counts).record(tl.num_slices)
     np.testing.assert_allclose(ledger.epsilons(1e-5), expected, rtol=1e-9)   # client 0 has the fewest records
     assert result.epsilon == pytest.approx(max(expected), rel=1e-9) and expected[0] > expected[1] > expected[2]

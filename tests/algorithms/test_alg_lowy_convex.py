@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxfl.accounting import SiloLedger
-from jaxfl.algorithms import lowy_convex
+from jaxfl.algorithms import accelerated, averaging, noisy_sgd, prox, shuffled
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import train
 from jaxfl.models import init_linear, logistic_loss
@@ -18,7 +18,7 @@ from _helpers import make_silos
 
 def test_theorem_noise_matches_formula():
     L, n, R, eps, delta = 2.0, 1000, 20, 1.0, 1e-6
-    cal = lowy_convex.calibrate_minibatch_sgd(clip_norm=L, counts=[n, n], rounds=R, epsilon=eps, delta=delta)
+    cal = noisy_sgd.calibrate_minibatch_sgd(clip_norm=L, counts=[n, n], rounds=R, epsilon=eps, delta=delta)
     var = 256 * 4.0 * 20 * math.log(2.5 * 20 / 1e-6) * math.log(2 / 1e-6) / (1000**2 * 1.0)
     assert cal.sigma == pytest.approx(math.sqrt(var), rel=1e-12)
     k_min = math.ceil(1.0 * 1000 / (4 * math.sqrt(2 * 20 * math.log(2 / 1e-6))))
@@ -26,14 +26,14 @@ def test_theorem_noise_matches_formula():
     assert cal.noise_multiplier == pytest.approx(cal.sigma * k_min / L, rel=1e-12)
     assert cal.certified
     with pytest.raises(ValueError, match="batch_size"):
-        lowy_convex.calibrate_minibatch_sgd(clip_norm=L, counts=[n, n], rounds=R, epsilon=eps, delta=delta,
+        noisy_sgd.calibrate_minibatch_sgd(clip_norm=L, counts=[n, n], rounds=R, epsilon=eps, delta=delta,
                                      batch_size=k_min - 1)
 
 
 def test_per_silo_budgets_alg7():
     counts, eps = np.array([500, 2000]), np.array([0.5, 2.0])
     delta = 1.0 / counts**2
-    cal = lowy_convex.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=10, epsilon=eps, delta=delta)
+    cal = noisy_sgd.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=10, epsilon=eps, delta=delta)
     for i in range(2):
         var = 256 * 10 * math.log(2.5 * 10 / delta[i]) * math.log(2 / delta[i]) / (counts[i]**2 * eps[i]**2)
         assert cal.sigma[i] == pytest.approx(math.sqrt(var), rel=1e-12)
@@ -43,19 +43,19 @@ def test_per_silo_budgets_alg7():
 
 def test_experiment_noise_and_batch_match_the_paper():
     n, R, L = 1238, 35, 2.0
-    cal = lowy_convex.calibrate_minibatch_sgd(clip_norm=L, counts=[n] * 3, rounds=R, epsilon=1.5, delta=1 / n**2,
+    cal = noisy_sgd.calibrate_minibatch_sgd(clip_norm=L, counts=[n] * 3, rounds=R, epsilon=1.5, delta=1 / n**2,
                                        calibration="experiment", epsilon_max=18)
     assert cal.batch_size == 443  # K = int(1238 sqrt(18 / 140)), the authors' MNIST value
     assert cal.sigma == pytest.approx(math.sqrt(8 * 4 * math.log(n**2) * 35 / (n**2 * 1.5**2)), rel=1e-12)
     assert not cal.certified
-    loc = lowy_convex.calibrate_local_sgd(clip_norm=L, counts=[n], rounds=R, local_steps=443, epsilon=1.5,
+    loc = noisy_sgd.calibrate_local_sgd(clip_norm=L, counts=[n], rounds=R, local_steps=443, epsilon=1.5,
                                           delta=1 / n**2)
     assert loc.sigma == pytest.approx(math.sqrt(8 * 4 * 35 * 443 * math.log(n**2) / (n**2 * 1.5**2)), rel=1e-12)
     assert loc.noise_multiplier == pytest.approx(loc.sigma / L)
 
 
 def test_one_pass_noise_matches_formula():
-    cal = lowy_convex.calibrate_one_pass(clip_norm=3.0, counts=[400, 400], batch_size=20, epsilon=0.8, delta=1e-5)
+    cal = noisy_sgd.calibrate_one_pass(clip_norm=3.0, counts=[400, 400], batch_size=20, epsilon=0.8, delta=1e-5)
     assert cal.sigma == pytest.approx(math.sqrt(32 * 9 * math.log(1.25e5) / (0.64 * 400)), rel=1e-12)
     assert cal.noise_multiplier == pytest.approx(cal.sigma * 20 / 3.0)
 
@@ -64,9 +64,9 @@ def test_theorem_and_accountant_calibrations_are_certified_by_the_lowy_calculus(
     counts, R, eps, delta = [3000, 3000], 8, 1.0, 1e-6
     z = {}
     for rule in ("theorem", "accountant"):
-        cal = lowy_convex.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=R, epsilon=eps, delta=delta,
+        cal = noisy_sgd.calibrate_minibatch_sgd(clip_norm=1.0, counts=counts, rounds=R, epsilon=eps, delta=delta,
                                            calibration=rule)
-        alg = lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=cal.batch_size, clip_norm=1.0,
+        alg = noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=cal.batch_size, clip_norm=1.0,
                                        noise_multiplier=cal.noise_multiplier)
         ledger = SiloLedger(list(alg.privacy(np.array(counts)).events), accountant="lowy").record(R)
         assert ledger.epsilon(delta) <= eps + 1e-9
@@ -81,7 +81,7 @@ def test_theorem_and_accountant_calibrations_are_certified_by_the_lowy_calculus(
 def test_moreau_envelope_of_absolute_loss_is_huber():
     beta = 2.0
     absolute = lambda p, x, y: jnp.abs(p["w"][0] - x[0])
-    smooth = lowy_convex.moreau_envelope(absolute, beta, inner_steps=4000)
+    smooth = prox.moreau_envelope(absolute, beta, inner_steps=4000)
     for w in [-3.0, -0.2, 0.1, 0.4, 2.5]:
         p = {"w": jnp.array([w])}
         r = w - 0.0
@@ -110,7 +110,7 @@ def test_uniform_averaging_is_the_mean_of_the_iterates_before_each_step():
     n_total = int(np.sum(data.counts))
     # batch = all records (K = n with replacement is random): use a deterministic check through the
     # iterates returned by the last-iterate variant run for r = 0..R-1 rounds.
-    make = lambda avg: lowy_convex.noisy_minibatch_sgd(_quadratic, step_size=0.3, batch_size=8, clip_norm=100.0,
+    make = lambda avg: noisy_sgd.noisy_minibatch_sgd(_quadratic, step_size=0.3, batch_size=8, clip_norm=100.0,
                                                 averaging=avg)
     iterates = [p0["w"]] + [train(make("last"), data, p0, rounds=r, key=4, progress=False).state.params["w"]
                             for r in range(1, 5)]
@@ -121,7 +121,7 @@ def test_uniform_averaging_is_the_mean_of_the_iterates_before_each_step():
 
 def test_stich_weights_formula():
     mu, eta = 0.5, 0.3
-    ratio = lowy_convex.averaging_weights("stich", mu=mu, step_size=eta)
+    ratio = averaging.averaging_weights("stich", mu=mu, step_size=eta)
     gammas = [(1 - mu * eta) ** (-(t + 1)) for t in range(6)]
     for r in range(6):
         assert float(ratio(jnp.asarray(r))) == pytest.approx(gammas[r] / sum(gammas[: r + 1]), rel=1e-5)
@@ -150,11 +150,11 @@ def test_accelerated_beats_mbsgd_on_a_strongly_convex_quadratic_at_equal_privacy
     rounds, k, clip, z = 40, 50, 50.0, 0.1
     beta, mu = 1.0, 0.01
     p0 = {"w": jnp.zeros(dim)}
-    v = lowy_convex.gradient_noise_std(dim=dim, sigma=z * clip / k, silos_per_round=4, batch_size=k, phi2=0.1)
-    schedule = lowy_convex.multistage_schedule(rounds, smoothness=beta, mu=mu, noise_std=v, gap=excess(p0["w"]))
-    acc = lowy_convex.accelerated_minibatch_sgd(loss, schedule=schedule, batch_size=k, clip_norm=clip,
+    v = accelerated.gradient_noise_std(dim=dim, sigma=z * clip / k, silos_per_round=4, batch_size=k, phi2=0.1)
+    schedule = accelerated.multistage_schedule(rounds, smoothness=beta, mu=mu, noise_std=v, gap=excess(p0["w"]))
+    acc = accelerated.accelerated_minibatch_sgd(loss, schedule=schedule, batch_size=k, clip_norm=clip,
                                          noise_multiplier=z, mu=mu, sampling="with_replacement")
-    mbsgd = lowy_convex.noisy_minibatch_sgd(loss, step_size=1.0 / beta, batch_size=k, clip_norm=clip,
+    mbsgd = noisy_sgd.noisy_minibatch_sgd(loss, step_size=1.0 / beta, batch_size=k, clip_norm=clip,
                                             noise_multiplier=z)
     # equal privacy: the same per-round event on every silo, the same number of rounds
     assert acc.privacy(np.asarray(data.counts)) == mbsgd.privacy(np.asarray(data.counts))
@@ -167,12 +167,12 @@ def test_accelerated_beats_mbsgd_on_a_strongly_convex_quadratic_at_equal_privacy
 
 
 def test_acsa_mixing_coefficients_sum_to_one_and_schedule_shapes():
-    s = lowy_convex.multistage_schedule(100, smoothness=1.0, mu=0.1, noise_std=0.05, gap=2.0)
+    s = accelerated.multistage_schedule(100, smoothness=1.0, mu=0.1, noise_std=0.05, gap=2.0)
     assert s.rounds == 100 and s.restart[0] and s.restart.sum() >= 2
     first = int(np.argmax(s.restart[1:])) + 1  # R_1 = ceil(max(4 sqrt(20), 128 V^2 / (3 mu Delta 2^-2)))
     assert first == math.ceil(max(4 * math.sqrt(20), 128 * 0.05**2 / (3 * 0.1 * 2.0 * 0.25))) == 18
     np.testing.assert_allclose(s.alpha[:3], [1.0, 2 / 3, 0.5])
-    c = lowy_convex.acsa_schedule(10, smoothness=2.0, noise_std=0.0, radius=1.0)
+    c = accelerated.acsa_schedule(10, smoothness=2.0, noise_std=0.0, radius=1.0)
     np.testing.assert_allclose(c.eta, 4 * 4.0 / (np.arange(1, 11) * np.arange(2, 12)))
 
 
@@ -182,14 +182,14 @@ def test_one_pass_batches_are_disjoint_and_privacy_composes_in_parallel():
     data = from_silos([(eye, np.zeros(n, np.int32)), (eye, np.zeros(n, np.int32))])
     linear = lambda p, x, y: jnp.dot(p["w"], x)  # gradient = the record itself
     # alpha = eta = 1, mu = 0: w_md = w, w <- w - g, output w_ag = w, so w_R = -sum_r g_r.
-    schedule = lowy_convex.AcsaSchedule(np.ones(rounds), np.ones(rounds), np.zeros(rounds, bool))
-    alg = lowy_convex.accelerated_minibatch_sgd(linear, schedule=schedule, batch_size=k, clip_norm=10.0,
+    schedule = accelerated.AcsaSchedule(np.ones(rounds), np.ones(rounds), np.zeros(rounds, bool))
+    alg = accelerated.accelerated_minibatch_sgd(linear, schedule=schedule, batch_size=k, clip_norm=10.0,
                                          noise_multiplier=0.0, sampling="one_pass")
     w = -np.asarray(train(alg, data, {"w": jnp.zeros(n)}, rounds=rounds, key=3, progress=False).state.params["w"])
     # both silos hold the same records; each record is used exactly once per silo: 2 / (2 silos * K) each
     np.testing.assert_allclose(w, np.full(n, 1.0 / k), rtol=1e-6)
 
-    noisy = lowy_convex.accelerated_minibatch_sgd(linear, schedule=schedule, batch_size=k, clip_norm=1.0,
+    noisy = accelerated.accelerated_minibatch_sgd(linear, schedule=schedule, batch_size=k, clip_norm=1.0,
                                            noise_multiplier=4.0)
     privacy = noisy.privacy(np.array([n, n]))
     assert privacy.composition == "parallel" and privacy.round_limit == n // k
@@ -202,9 +202,9 @@ def test_one_pass_batches_are_disjoint_and_privacy_composes_in_parallel():
 
 
 def test_one_pass_calibration_is_certified_by_rdp():
-    cal = lowy_convex.calibrate_one_pass(clip_norm=1.0, counts=[500], batch_size=25, epsilon=1.0, delta=1e-5)
-    alg = lowy_convex.accelerated_minibatch_sgd(logistic_loss,
-                                         schedule=lowy_convex.acsa_schedule(20, smoothness=1.0, noise_std=1.0,
+    cal = noisy_sgd.calibrate_one_pass(clip_norm=1.0, counts=[500], batch_size=25, epsilon=1.0, delta=1e-5)
+    alg = accelerated.accelerated_minibatch_sgd(logistic_loss,
+                                         schedule=accelerated.acsa_schedule(20, smoothness=1.0, noise_std=1.0,
                                                                             radius=1.0),
                                          batch_size=25, clip_norm=1.0, noise_multiplier=cal.noise_multiplier)
     p = alg.privacy(np.array([500]))
@@ -214,9 +214,9 @@ def test_one_pass_calibration_is_certified_by_rdp():
 
 
 def test_noisy_local_sgd_runs_and_states_per_step_privacy(small_data):
-    cal = lowy_convex.calibrate_local_sgd(clip_norm=1.0, counts=np.asarray(small_data.counts), rounds=5, local_steps=3,
+    cal = noisy_sgd.calibrate_local_sgd(clip_norm=1.0, counts=np.asarray(small_data.counts), rounds=5, local_steps=3,
                                    epsilon=2.0, delta=1e-4)
-    alg = lowy_convex.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=3, clip_norm=1.0,
+    alg = noisy_sgd.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=3, clip_norm=1.0,
                                noise_multiplier=cal.noise_multiplier)
     events = alg.privacy(np.asarray(small_data.counts)).events
     assert len(events) == small_data.num_silos and events[0].count == 3
@@ -227,16 +227,16 @@ def test_noisy_local_sgd_runs_and_states_per_step_privacy(small_data):
 
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="calibration"):
-        lowy_convex.calibrate_minibatch_sgd(clip_norm=1.0, counts=[10], rounds=2, epsilon=1.0, delta=1e-3,
+        noisy_sgd.calibrate_minibatch_sgd(clip_norm=1.0, counts=[10], rounds=2, epsilon=1.0, delta=1e-3,
                                             calibration="x")
     with pytest.raises(ValueError, match="sampling"):
-        lowy_convex.accelerated_minibatch_sgd(logistic_loss,
-                                       schedule=lowy_convex.acsa_schedule(3, smoothness=1, noise_std=0, radius=1),
+        accelerated.accelerated_minibatch_sgd(logistic_loss,
+                                       schedule=accelerated.acsa_schedule(3, smoothness=1, noise_std=0, radius=1),
                                        batch_size=2, clip_norm=1.0, sampling="poisson")
     with pytest.raises(ValueError, match="averaging"):
-        lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=2, clip_norm=1.0, averaging="median")
+        noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=2, clip_norm=1.0, averaging="median")
     with pytest.raises(ValueError, match="beta"):
-        lowy_convex.moreau_envelope(logistic_loss, 0.0)
+        prox.moreau_envelope(logistic_loss, 0.0)
 
 
 # -- shuffle model ----------------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_shuffled_mbsgd_states_silo_and_central_guarantees():
     from jaxfl.accounting.shuffle_model import ShuffledGaussianDpEvent, shuffled_gaussian_epsilon
     from jaxfl.engine.driver import make_ledger
 
-    alg = lowy_convex.shuffled_minibatch_sgd(logistic_loss, step_size=0.1, clip_norm=1.0, noise_multiplier=12.0,
+    alg = shuffled.shuffled_minibatch_sgd(logistic_loss, step_size=0.1, clip_norm=1.0, noise_multiplier=12.0,
                                       silos_per_round=2000)
     counts = np.full(4000, 500)
     silo = make_ledger(alg, counts, "lowy").record(5)
@@ -258,10 +258,10 @@ def test_shuffled_mbsgd_states_silo_and_central_guarantees():
 
 
 def test_shuffled_mbsgd_trains_and_permutes_reports(small_data):
-    alg = lowy_convex.shuffled_minibatch_sgd(logistic_loss, step_size=0.5, clip_norm=1.0, noise_multiplier=0.5,
+    alg = shuffled.shuffled_minibatch_sgd(logistic_loss, step_size=0.5, clip_norm=1.0, noise_multiplier=0.5,
                                       silos_per_round=3)
     res = train(alg, small_data, init_linear(5), rounds=4, key=1, progress=False)
-    plain = lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=1, clip_norm=1.0,
+    plain = noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=1, clip_norm=1.0,
                                      noise_multiplier=0.5, silos_per_round=3)
     ref = train(plain, small_data, init_linear(5), rounds=4, key=1, progress=False)
     # the shuffler only reorders the summands: same model up to float summation order
@@ -273,9 +273,9 @@ def test_sdp_accelerated_without_noise_bits_matches_the_gaussian_free_run():
     from jaxfl.privacy.shuffle import ShuffleParams
 
     data = from_silos(make_silos([60, 60, 60], seed=3))
-    schedule = lowy_convex.acsa_schedule(5, smoothness=1.0, noise_std=0.1, radius=2.0)
-    exact = lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=50.0)
-    sdp = lowy_convex.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(5), schedule=schedule,
+    schedule = accelerated.acsa_schedule(5, smoothness=1.0, noise_std=0.1, radius=2.0)
+    exact = accelerated.accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=50.0)
+    sdp = shuffled.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(5), schedule=schedule,
                                              batch_size=10, clip_norm=50.0,
                                              shuffle_params=ShuffleParams(2**20, 0, 0.25), silos_per_round=3)
     a = train(exact, data, init_linear(5), rounds=5, key=2, progress=False).state.params
@@ -291,8 +291,8 @@ def test_sdp_accelerated_privacy_is_parallel_and_central():
 
     d, k, m = 6, 10, 3
     params = shuffle.pvec_parameters(2.0, 1e-6, num_users=m * k, dim=d)
-    alg = lowy_convex.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(d - 1),  # 5 weights + bias = 6
-                                             schedule=lowy_convex.acsa_schedule(4, smoothness=1.0, noise_std=0.1,
+    alg = shuffled.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(d - 1),  # 5 weights + bias = 6
+                                             schedule=accelerated.acsa_schedule(4, smoothness=1.0, noise_std=0.1,
                                                                                 radius=1.0),
                                              batch_size=k, clip_norm=1.0, shuffle_params=params, silos_per_round=m)
     counts = np.array([40, 40, 40])
@@ -306,17 +306,17 @@ def test_sdp_accelerated_privacy_is_parallel_and_central():
 
 def test_theorem_parameters_match_thm_d1_by_hand():
     L, D, n, d, eps, delta, M, beta = 1.0, 2.0, 1000, 10, 1.0, 1e-6, 4, 5.0
-    p = lowy_convex.theorem_parameters(lipschitz=L, radius=D, n=n, dim=d, epsilon=eps, delta=delta, silos_per_round=M,
+    p = noisy_sgd.theorem_parameters(lipschitz=L, radius=D, n=n, dim=d, epsilon=eps, delta=delta, silos_per_round=M,
                                 smoothness=beta)
     r = math.ceil(5 * 2 * 2 / 1 * min(math.sqrt(1000), 1000 / math.sqrt(10)) + min(4000, 1e6 * 4 / 10))
     assert p.rounds == r and p.averaging == "uniform" and p.smoothing is None
     eta = min(1 / 5, 2 / math.sqrt(r) * min(1, 1000 * 2 / math.sqrt(r * 10), math.sqrt(4000 / r)))
     assert p.step_size == pytest.approx(eta)
     # non-smooth: L^2 / beta equals the convex rate
-    q = lowy_convex.theorem_parameters(lipschitz=L, radius=D, n=n, dim=d, epsilon=eps, delta=delta, silos_per_round=M)
+    q = noisy_sgd.theorem_parameters(lipschitz=L, radius=D, n=n, dim=d, epsilon=eps, delta=delta, silos_per_round=M)
     rate = 2 / 2 * (1 / math.sqrt(1000) + math.sqrt(10 * math.log(1e6)) / 1000)
     assert q.smoothing == pytest.approx(1 / rate)
-    s = lowy_convex.theorem_parameters(lipschitz=L, radius=D, n=n, dim=d, epsilon=eps, delta=delta, silos_per_round=M,
+    s = noisy_sgd.theorem_parameters(lipschitz=L, radius=D, n=n, dim=d, epsilon=eps, delta=delta, silos_per_round=M,
                                 smoothness=beta, mu=0.5)
     assert s.averaging == "stich" and 0 < s.step_size <= 1 / (2 * beta)
     assert s.rounds == math.ceil(max(2 * 5 / 0.5 * math.log(5 * 4 * 0.5 * 4 * 1e6 / 10), min(4000, 4 * 1e6 / 10)))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfl.algorithms import lowy_convex
+from jaxfl.algorithms import noisy_sgd
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import train
 from jaxfl.models import init_linear, logistic_loss
@@ -48,7 +48,7 @@ def test_window_average_of_mbsgd_is_the_mean_of_the_last_iterates_closed_form():
     xbar = np.mean(np.asarray(CENTRES), axis=0)
     # Full participation, constant silos: w_r = xbar + (1 - eta)^r (w_0 - xbar) (plain GD on the mean).
     iterates = [xbar + (1 - eta) ** r * (np.asarray(P0["w"]) - xbar) for r in range(rounds + 1)]
-    alg = lowy_convex.noisy_minibatch_sgd(_quadratic, step_size=eta, batch_size=3, clip_norm=math.inf,
+    alg = noisy_sgd.noisy_minibatch_sgd(_quadratic, step_size=eta, batch_size=3, clip_norm=math.inf,
                                           averaging="window", window=window)
     states = _rounds(alg, _constant_silos(CENTRES), P0, rounds)
     for r, state in enumerate(states, start=1):
@@ -64,7 +64,7 @@ def test_window_average_of_mbsgd_is_the_mean_of_the_last_iterates_closed_form():
 def test_window_average_equals_the_mean_of_the_last_iterate_runs_with_noise_and_sampling(small_data):
     """With noise, silo sampling and random minibatches: the iterates of the ``averaging="last"`` run
     (same keys), averaged over the last min(r, 8) in numpy."""
-    make = lambda avg, **kw: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=4, clip_norm=1.0,
+    make = lambda avg, **kw: noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=4, clip_norm=1.0,
                                                              noise_multiplier=0.8, silos_per_round=3, averaging=avg,
                                                              **kw)
     rounds = 11
@@ -84,13 +84,13 @@ def test_window_average_of_local_sgd_closed_form():
     # Each silo: w_K = c_i + (1 - eta)^K (w - c_i); the server averages: w' = xbar + (1 - eta)^K (w - xbar).
     q = (1 - eta) ** steps
     iterates = [xbar + q**r * (np.asarray(P0["w"]) - xbar) for r in range(rounds + 1)]
-    alg = lowy_convex.noisy_local_sgd(_quadratic, step_size=eta, local_steps=steps, clip_norm=math.inf,
+    alg = noisy_sgd.noisy_local_sgd(_quadratic, step_size=eta, local_steps=steps, clip_norm=math.inf,
                                       averaging="window", window=window)
     states = _rounds(alg, _constant_silos(CENTRES), P0, rounds)
     for r, state in enumerate(states, start=1):
         np.testing.assert_allclose(state.params["w"], np.mean(iterates[max(1, r - window + 1): r + 1], axis=0),
                                    rtol=1e-5, atol=1e-6)
-    default = lowy_convex.noisy_local_sgd(_quadratic, step_size=eta, local_steps=steps, clip_norm=math.inf)
+    default = noisy_sgd.noisy_local_sgd(_quadratic, step_size=eta, local_steps=steps, clip_norm=math.inf)
     np.testing.assert_allclose(_rounds(default, _constant_silos(CENTRES), P0, 2)[-1].params["w"], iterates[2],
                                rtol=1e-5)
 
@@ -99,13 +99,13 @@ def test_window_average_of_local_sgd_closed_form():
 
 def _scripts(loss=logistic_loss, **kw):
     base = dict(step_size=0.5, batch_size=4, clip_norm=1.0, noise_multiplier=0.0, silos_per_round=2)
-    return lowy_convex.authors_scripts_minibatch_sgd(loss, **{**base, **kw})
+    return noisy_sgd.authors_scripts_minibatch_sgd(loss, **{**base, **kw})
 
 
 def test_paper_choices_equal_noisy_minibatch_sgd_bitwise_with_noise(small_data):
     kw = dict(step_size=0.7, batch_size=6, clip_norm=0.3, noise_multiplier=1.3, silos_per_round=3)
-    paper = lowy_convex.noisy_minibatch_sgd(logistic_loss, **kw)
-    scripts = lowy_convex.authors_scripts_minibatch_sgd(logistic_loss, aggregate="mean", clip="per_example",
+    paper = noisy_sgd.noisy_minibatch_sgd(logistic_loss, **kw)
+    scripts = noisy_sgd.authors_scripts_minibatch_sgd(logistic_loss, aggregate="mean", clip="per_example",
                                                         gradient="mean", noise="per_silo", window=1, **kw)
     a = _rounds(paper, small_data, init_linear(5), 4, key=11)
     b = _rounds(scripts, small_data, init_linear(5), 4, key=11)
@@ -118,8 +118,8 @@ def test_paper_choices_equal_noisy_minibatch_sgd_bitwise_with_noise(small_data):
 def test_per_silo_budgets_equal_noisy_minibatch_sgd_bitwise(small_data):
     z = np.array([0.5, 1.0, 1.5, 2.0, 2.5], np.float32)
     kw = dict(step_size=0.4, batch_size=5, clip_norm=0.5, noise_multiplier=z, silos_per_round=2)
-    paper = lowy_convex.noisy_minibatch_sgd(logistic_loss, **kw)
-    scripts = lowy_convex.authors_scripts_minibatch_sgd(logistic_loss, aggregate="mean", clip="per_example",
+    paper = noisy_sgd.noisy_minibatch_sgd(logistic_loss, **kw)
+    scripts = noisy_sgd.authors_scripts_minibatch_sgd(logistic_loss, aggregate="mean", clip="per_example",
                                                         window=1, **kw)
     a = _rounds(paper, small_data, init_linear(5), 3, key=2)[-1]
     b = _rounds(scripts, small_data, init_linear(5), 3, key=2)[-1]
@@ -262,7 +262,7 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="window"):
         _scripts(window=0)
     with pytest.raises(ValueError, match="averaging"):
-        lowy_convex.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=2, clip_norm=1.0, averaging="uniform")
+        noisy_sgd.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=2, clip_norm=1.0, averaging="uniform")
     with pytest.raises(ValueError, match="window"):
-        lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=2, clip_norm=1.0,
+        noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=2, clip_norm=1.0,
                                         averaging="window", window=0)

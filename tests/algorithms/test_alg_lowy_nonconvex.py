@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from jaxfl.accounting.ledger import RoundCycleDpEvent, SiloLedger
-from jaxfl.algorithms import lowy_nonconvex as nc
+from jaxfl.algorithms import shuffled, variance_reduced
 from jaxfl.algorithms import prox as prox_lib
 from jaxfl.data import from_silos
 from jaxfl.engine import make_ledger
@@ -67,7 +67,7 @@ def _assert_unbiased(err):
 def _assert_unbiased_and_variance_reduced(alg, data):
     """At round 3 ``alg``'s direction is unbiased for grad F(w_3), and its mean squared error is under 5% of
     that of a plain minibatch gradient with the same (difference) batch size."""
-    mbsgd = nc.fedprox_spider(_loss, step_size=ETA, phase_length=1, clip_norm=np.inf, batch_size=2)
+    mbsgd = variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=1, clip_norm=np.inf, batch_size=2)
     errors = []
     for candidate in (alg, mbsgd):
         v, g = _directions(candidate, data, rounds=4)
@@ -79,19 +79,20 @@ def _assert_unbiased_and_variance_reduced(alg, data):
 def test_spider_estimator_is_unbiased_and_variance_reduced():
     """Full-batch checkpoint, then differences over 2 draws: round 3 is the third difference."""
     _assert_unbiased_and_variance_reduced(
-        nc.fedprox_spider(_loss, step_size=ETA, phase_length=4, clip_norm=np.inf, batch_size=None,
+        variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=4, clip_norm=np.inf, batch_size=None,
                           difference_batch_size=2), _data())
 
 
 def test_svrg_estimator_is_unbiased_and_variance_reduced():
     _assert_unbiased_and_variance_reduced(
-        nc.fedprox_svrg(_loss, step_size=ETA, batch_size=2, epoch_length=5, clip_norm=np.inf, output="last"), _data())
+        variance_reduced.fedprox_svrg(_loss, step_size=ETA, batch_size=2, epoch_length=5, clip_norm=np.inf,
+                                      output="last"), _data())
 
 
 def test_spider_checkpoint_with_full_batch_is_exact_and_differences_track_the_gradient():
     """No noise, full batches: h_r equals grad F(w_r) exactly at every round (telescoping differences)."""
     data = _data()
-    alg = nc.fedprox_spider(_loss, step_size=ETA, phase_length=3, clip_norm=np.inf)
+    alg = variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=3, clip_norm=np.inf)
     v, g = _directions(alg, data, rounds=3, num_seeds=2)
     np.testing.assert_allclose(v, g, rtol=2e-4, atol=2e-5)
 
@@ -103,8 +104,8 @@ def test_difference_noise_follows_the_min_rule():
     data = _data()
     kw = dict(step_size=1e-4, phase_length=2, clip_norm=100.0, batch_size=None, noise_multiplier=1e-3,
               difference_noise_multiplier=0.5)
-    smooth = nc.fedprox_spider(_loss, smoothness=1.0, **kw)
-    rough = nc.fedprox_spider(_loss, **kw)
+    smooth = variance_reduced.fedprox_spider(_loss, smoothness=1.0, **kw)
+    rough = variance_reduced.fedprox_spider(_loss, **kw)
     v_s, g_s = _directions(smooth, data, rounds=2, num_seeds=200, eta=1e-4)
     v_r, g_r = _directions(rough, data, rounds=2, num_seeds=200, eta=1e-4)
     # rough: per-silo std 0.5 * 2C on the sum, / n on the mean, averaged over 4 silos
@@ -116,7 +117,7 @@ def test_difference_noise_follows_the_min_rule():
 def test_prox_step_is_applied_by_the_server():
     data = _data()
     strength = 0.3
-    alg = nc.noisy_prox_gd(_loss, step_size=ETA, clip_norm=np.inf, prox=prox_lib.l1(strength))
+    alg = variance_reduced.noisy_prox_gd(_loss, step_size=ETA, clip_norm=np.inf, prox=prox_lib.l1(strength))
     state, _ = run_rounds(alg, alg.init(P0), data, jax.random.key(0), 0, 1)
     g = _full_gradient(P0, data)
     z = jax.tree_util.tree_map(lambda w, gi: w - ETA * gi, P0, g)
@@ -130,12 +131,12 @@ def test_uniform_output_draws_each_iterate_equally_often():
     rounds = 5
     data = _data()
     loss = lambda p, x, y: p["w"][0] + 0.0 * jnp.sum(x)
-    alg = nc.noisy_prox_gd(loss, step_size=1.0, clip_norm=np.inf, output="uniform")
+    alg = variance_reduced.noisy_prox_gd(loss, step_size=1.0, clip_norm=np.inf, output="uniform")
     p0 = {"w": jnp.zeros(1)}
 
     def out(seed):
         state, _ = run_rounds(alg, alg.init(p0), data, jax.random.key(seed), 0, rounds)
-        return nc.output_params(state)["w"][0]
+        return variance_reduced.output_params(state)["w"][0]
     drawn = np.asarray(jax.jit(jax.vmap(out))(jnp.arange(4000)))
     picked = np.rint(-drawn).astype(int)
     freq = np.bincount(picked, minlength=rounds + 1)[1:] / len(drawn)
@@ -145,7 +146,8 @@ def test_uniform_output_draws_each_iterate_equally_often():
 
 def test_pl_svrg_restarts_from_the_drawn_iterate():
     data = _data()
-    alg = nc.fedprox_pl_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=3, epochs=2, clip_norm=np.inf)
+    alg = variance_reduced.fedprox_pl_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=3, epochs=2,
+                                           clip_norm=np.inf)
     state, _ = run_rounds(alg, alg.init(P0), data, jax.random.key(1), 0, 6)
     for leaf_p, leaf_o in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(state.output)):
         np.testing.assert_array_equal(leaf_p, leaf_o)
@@ -154,7 +156,8 @@ def test_pl_svrg_restarts_from_the_drawn_iterate():
 @pytest.mark.slow
 def test_svrg_keeps_one_silo_sample_per_epoch():
     data = _data()
-    alg = nc.fedprox_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=3, clip_norm=np.inf, silos_per_round=2,
+    alg = variance_reduced.fedprox_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=3, clip_norm=np.inf,
+                                        silos_per_round=2,
                           output="last")
     seen = []
     state = alg.init(P0)
@@ -170,7 +173,8 @@ def test_svrg_keeps_one_silo_sample_per_epoch():
 
 def test_spider_privacy_composes_checkpoints_and_differences_round_by_round():
     data = _data()
-    alg = nc.fedprox_spider(_loss, step_size=ETA, phase_length=3, clip_norm=1.0, batch_size=8, noise_multiplier=30.0,
+    alg = variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=3, clip_norm=1.0, batch_size=8,
+                                          noise_multiplier=30.0,
                             difference_noise_multiplier=40.0)
     ledger = make_ledger(alg, data.counts, accountant="lowy").record(7)
     fresh = dp_accounting.SampledWithReplacementDpEvent(RECORDS, 8, dp_accounting.GaussianDpEvent(30.0))
@@ -198,7 +202,8 @@ def test_round_cycle_ledger_matches_manual_composition_and_budget_search():
 
 def test_svrg_privacy_has_a_full_batch_checkpoint_per_epoch():
     data = _data()
-    alg = nc.fedprox_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=2, clip_norm=1.0, noise_multiplier=50.0,
+    alg = variance_reduced.fedprox_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=2, clip_norm=1.0,
+                                        noise_multiplier=50.0,
                           difference_noise_multiplier=60.0)
     event = alg.privacy(data.counts).events[0]
     diff = dp_accounting.SampledWithReplacementDpEvent(RECORDS, 4, dp_accounting.GaussianDpEvent(60.0))
@@ -208,7 +213,7 @@ def test_svrg_privacy_has_a_full_batch_checkpoint_per_epoch():
 
 def test_one_pass_prox_sgd_is_parallel_and_limited():
     data = _data()
-    alg = nc.noisy_prox_sgd(_loss, step_size=ETA, batch_size=10, clip_norm=1.0, noise_multiplier=4.0)
+    alg = variance_reduced.noisy_prox_sgd(_loss, step_size=ETA, batch_size=10, clip_norm=1.0, noise_multiplier=4.0)
     privacy = alg.privacy(data.counts)
     assert privacy.composition == "parallel" and privacy.round_limit == RECORDS // 10
     ledger = make_ledger(alg, data.counts, accountant="rdp")
@@ -219,9 +224,10 @@ def test_one_pass_prox_sgd_is_parallel_and_limited():
 @pytest.mark.slow
 def test_alt_fed_spider_is_spider_with_phase_two():
     data = _data()
-    alt = nc.alt_fed_spider(_loss, step_size=ETA, batch_size=5, clip_norm=1.0, noise_multiplier=20.0,
+    alt = variance_reduced.alt_fed_spider(_loss, step_size=ETA, batch_size=5, clip_norm=1.0, noise_multiplier=20.0,
                             difference_noise_multiplier=40.0)
-    spider = nc.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=1.0, batch_size=5, noise_multiplier=20.0,
+    spider = variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=1.0, batch_size=5,
+                                             noise_multiplier=20.0,
                                difference_noise_multiplier=40.0)
     a, _ = run_rounds(alt, alt.init(P0), data, jax.random.key(0), 0, 4)
     s, _ = run_rounds(spider, spider.init(P0), data, jax.random.key(0), 0, 4)
@@ -233,7 +239,7 @@ def test_alt_fed_spider_is_spider_with_phase_two():
 def test_sdp_spider_is_unbiased_and_states_the_shuffled_guarantee():
     data = _data()
     params = shuffle.ShuffleParams(64, 40, 0.25)
-    sdp = nc.sdp_fedprox_spider(_loss, params=P0, step_size=ETA, phase_length=2, clip_norm=5.0,
+    sdp = shuffled.sdp_fedprox_spider(_loss, params=P0, step_size=ETA, phase_length=2, clip_norm=5.0,
                                 checkpoint_params=params, difference_params=params, silos_per_round=SILOS)
     v, g = _directions(sdp, data, rounds=2, num_seeds=300)
     _assert_unbiased(v - g)
@@ -245,14 +251,16 @@ def test_sdp_spider_is_unbiased_and_states_the_shuffled_guarantee():
 
 def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="phase_length"):
-        nc.fedprox_spider(_loss, step_size=ETA, phase_length=0, clip_norm=1.0)
+        variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=0, clip_norm=1.0)
     with pytest.raises(ValueError, match="output"):
-        nc.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=1.0, output="best")
+        variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=1.0, output="best")
     with pytest.raises(ValueError, match="difference_noise_multiplier"):
-        nc.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=1.0, noise_multiplier=1.0,
+        variance_reduced.fedprox_spider(_loss, step_size=ETA, phase_length=2, clip_norm=1.0, noise_multiplier=1.0,
                           difference_noise_multiplier=0.0)
     with pytest.raises(ValueError, match="restart_length"):
-        nc.fedprox_svrg(_loss, step_size=ETA, batch_size=2, epoch_length=3, clip_norm=1.0, restart_length=4)
+        variance_reduced.fedprox_svrg(_loss, step_size=ETA, batch_size=2, epoch_length=3, clip_norm=1.0,
+                                      restart_length=4)
     with pytest.raises(ValueError, match="silos per round"):
-        nc.sdp_prox_sgd(_loss, params=P0, step_size=ETA, batch_size=2, clip_norm=1.0, shuffle_params=(8, 20, 0.25),
+        shuffled.sdp_prox_sgd(_loss, params=P0, step_size=ETA, batch_size=2, clip_norm=1.0, shuffle_params=(8, 20,
+                                                                                                            0.25),
                         silos_per_round=None)

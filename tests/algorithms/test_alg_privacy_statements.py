@@ -7,7 +7,8 @@ import optax
 import pytest
 
 from jaxfl.accounting import SiloLedger
-from jaxfl.algorithms import dp_fedavg, dprec, local_sgd, lowy_convex, lowy_nonconvex as nc, minibatch_sgd
+from jaxfl.algorithms import (accelerated, dp_fedavg, dprec, local_sgd, minibatch_sgd, noisy_sgd, shuffled,
+                              variance_reduced)
 from jaxfl.engine import make_ledger
 from jaxfl.models import init_linear, logistic_loss
 from jaxfl.privacy import shuffle
@@ -18,7 +19,7 @@ COUNTS = np.array([40, 40, 0, 40])  # a padding silo: no event
 PARAMS = init_linear(5)              # 6 parameters
 TEMPLATE = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), PARAMS)
 PVEC = shuffle.ShuffleParams(64, 40, 0.25)
-SCHEDULE = lowy_convex.acsa_schedule(4, smoothness=1.0, noise_std=0.1, radius=1.0)
+SCHEDULE = accelerated.acsa_schedule(4, smoothness=1.0, noise_std=0.1, radius=1.0)
 SGD = optax.sgd(0.1)
 
 
@@ -44,43 +45,48 @@ ALGORITHMS = [
                                      prior_std=0.05, clip_multiplier=0.5), ADD, "dprec", None),
     ("dp_rec template", lambda: dprec.dp_rec(logistic_loss, params=TEMPLATE, client_opt=SGD, clients_per_round=2,
                                               batch_size=8, prior_std=0.05, clip_multiplier=0.5), ADD, "dprec", None),
-    ("isrl noisy_minibatch_sgd", lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4,
+    ("isrl noisy_minibatch_sgd", lambda: noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4,
                                                                   clip_norm=1.0, noise_multiplier=30.0),
      REPLACE, "lowy", None),
-    ("isrl noisy_local_sgd", lambda: lowy_convex.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=3,
+    ("isrl noisy_local_sgd", lambda: noisy_sgd.noisy_local_sgd(logistic_loss, step_size=0.1, local_steps=3,
                                                           clip_norm=1.0, noise_multiplier=30.0),
      REPLACE, "lowy", None),
-    ("isrl accelerated one_pass", lambda: lowy_convex.accelerated_minibatch_sgd(
+    ("isrl accelerated one_pass", lambda: accelerated.accelerated_minibatch_sgd(
         logistic_loss, schedule=SCHEDULE, batch_size=10, clip_norm=1.0, noise_multiplier=4.0), REPLACE, "rdp", None),
-    ("isrl accelerated erm", lambda: lowy_convex.accelerated_minibatch_sgd(
+    ("isrl accelerated erm", lambda: accelerated.accelerated_minibatch_sgd(
         logistic_loss, schedule=SCHEDULE, batch_size=4, clip_norm=1.0, noise_multiplier=30.0,
         sampling="with_replacement"), REPLACE, "lowy", None),
-    ("isrl shuffled", lambda: lowy_convex.shuffled_minibatch_sgd(logistic_loss, step_size=0.1, clip_norm=1.0,
+    ("isrl shuffled", lambda: shuffled.shuffled_minibatch_sgd(logistic_loss, step_size=0.1, clip_norm=1.0,
                                                           noise_multiplier=30.0, silos_per_round=2),
      REPLACE, "lowy", "shuffle"),
-    ("isrl sdp accelerated", lambda: lowy_convex.sdp_accelerated_minibatch_sgd(
+    ("isrl sdp accelerated", lambda: shuffled.sdp_accelerated_minibatch_sgd(
         logistic_loss, params=PARAMS, schedule=SCHEDULE, batch_size=10, clip_norm=1.0, shuffle_params=PVEC,
         silos_per_round=2), REPLACE, "shuffle", "shuffle"),
-    ("isrl sdp accelerated template", lambda: lowy_convex.sdp_accelerated_minibatch_sgd(
+    ("isrl sdp accelerated template", lambda: shuffled.sdp_accelerated_minibatch_sgd(
         logistic_loss, params=TEMPLATE, schedule=SCHEDULE, batch_size=10, clip_norm=1.0, shuffle_params=PVEC,
         silos_per_round=2), REPLACE, "shuffle", "shuffle"),
-    ("nc prox_sgd one_pass", lambda: nc.noisy_prox_sgd(logistic_loss, step_size=0.1, batch_size=10, clip_norm=1.0,
+    ("nc prox_sgd one_pass", lambda: variance_reduced.noisy_prox_sgd(logistic_loss, step_size=0.1, batch_size=10,
+                                                                     clip_norm=1.0,
                                                       noise_multiplier=4.0), REPLACE, "pld", None),
-    ("nc prox_gd", lambda: nc.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0, noise_multiplier=4.0),
+    ("nc prox_gd", lambda: variance_reduced.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0,
+                                                          noise_multiplier=4.0),
      REPLACE, "rdp", None),   # divided by n_i: public only under replace-one
-    ("nc spider draws", lambda: nc.fedprox_spider(logistic_loss, step_size=0.1, phase_length=3, clip_norm=1.0,
+    ("nc spider draws", lambda: variance_reduced.fedprox_spider(logistic_loss, step_size=0.1, phase_length=3,
+                                                                clip_norm=1.0,
                                                   batch_size=8, noise_multiplier=30.0), REPLACE, "lowy", None),
-    ("nc spider full", lambda: nc.fedprox_spider(logistic_loss, step_size=0.1, phase_length=3, clip_norm=1.0,
+    ("nc spider full", lambda: variance_reduced.fedprox_spider(logistic_loss, step_size=0.1, phase_length=3,
+                                                               clip_norm=1.0,
                                                  noise_multiplier=4.0), REPLACE, "rdp", None),
-    ("nc svrg", lambda: nc.fedprox_svrg(logistic_loss, step_size=0.1, batch_size=4, epoch_length=2, clip_norm=1.0,
+    ("nc svrg", lambda: variance_reduced.fedprox_svrg(logistic_loss, step_size=0.1, batch_size=4, epoch_length=2,
+                                                      clip_norm=1.0,
                                         noise_multiplier=50.0), REPLACE, "lowy", None),
-    ("nc sdp prox_sgd", lambda: nc.sdp_prox_sgd(logistic_loss, params=PARAMS, step_size=0.1, batch_size=10,
+    ("nc sdp prox_sgd", lambda: shuffled.sdp_prox_sgd(logistic_loss, params=PARAMS, step_size=0.1, batch_size=10,
                                                 clip_norm=1.0, shuffle_params=PVEC, silos_per_round=2),
      REPLACE, "shuffle", "shuffle"),
-    ("nc sdp spider", lambda: nc.sdp_fedprox_spider(logistic_loss, params=TEMPLATE, step_size=0.1, phase_length=2,
+    ("nc sdp spider", lambda: shuffled.sdp_fedprox_spider(logistic_loss, params=TEMPLATE, step_size=0.1, phase_length=2,
                                                     clip_norm=1.0, checkpoint_params=PVEC, difference_params=PVEC,
                                                     silos_per_round=2), REPLACE, "shuffle", "shuffle"),
-    ("nc sdp svrg", lambda: nc.sdp_fedprox_svrg(logistic_loss, params=PARAMS, step_size=0.1, batch_size=4,
+    ("nc sdp svrg", lambda: shuffled.sdp_fedprox_svrg(logistic_loss, params=PARAMS, step_size=0.1, batch_size=4,
                                                 epoch_length=2, clip_norm=1.0, checkpoint_params=PVEC,
                                                 difference_params=PVEC, silos_per_round=2),
      REPLACE, "shuffle", "shuffle"),
@@ -106,11 +112,11 @@ def test_privacy_works_before_init_and_names_its_relation(name, build, relation,
 
 def test_pvec_events_carry_the_model_dimension_from_params():
     for params in (PARAMS, TEMPLATE):
-        alg = lowy_convex.sdp_accelerated_minibatch_sgd(logistic_loss, params=params, schedule=SCHEDULE, batch_size=10,
+        alg = shuffled.sdp_accelerated_minibatch_sgd(logistic_loss, params=params, schedule=SCHEDULE, batch_size=10,
                                                  clip_norm=1.0, shuffle_params=PVEC, silos_per_round=2)
         assert {e.dim for e in alg.privacy(COUNTS).events} == {6}
         assert alg.privacy(COUNTS).central.dim == 6
-    sdp = nc.sdp_prox_sgd(logistic_loss, params=init_linear(9), step_size=0.1, batch_size=10, clip_norm=1.0,
+    sdp = shuffled.sdp_prox_sgd(logistic_loss, params=init_linear(9), step_size=0.1, batch_size=10, clip_norm=1.0,
                           shuffle_params=PVEC, silos_per_round=2)
     assert {e.dim for e in sdp.privacy(COUNTS).events} == {10}
     with pytest.raises(ValueError, match="init got params"):
@@ -122,7 +128,7 @@ def test_pvec_events_carry_the_model_dimension_from_params():
                        clip_norm=1.0, noise_multiplier=1.0), "lowy"),   # add/remove, replace-one accountant
     (lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2, expected_batch_size=5.0,
                            clip_norm=1.0, noise_multiplier=1.0), "shuffle"),
-    (lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0,
+    (lambda: noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0,
                                       noise_multiplier=30.0), "dprec"),   # replace-one, add/remove accountant
 ])
 def test_make_ledger_refuses_a_mismatched_relation(build, accountant):
@@ -137,9 +143,10 @@ def test_make_ledger_refuses_a_mismatched_relation(build, accountant):
 def test_one_pass_epsilons_are_unchanged(z):
     """The one-pass statements used to be ``GaussianDpEvent(z / 2)`` under add/remove neighbours; stated now at
     their true sensitivity under replace-one, the ledger gives the same epsilons (RDP bitwise)."""
-    for alg in (lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=SCHEDULE, batch_size=10, clip_norm=1.0,
+    for alg in (accelerated.accelerated_minibatch_sgd(logistic_loss, schedule=SCHEDULE, batch_size=10, clip_norm=1.0,
                                                noise_multiplier=z),
-                nc.noisy_prox_sgd(logistic_loss, step_size=0.1, batch_size=10, clip_norm=1.0, noise_multiplier=z)):
+                variance_reduced.noisy_prox_sgd(logistic_loss, step_size=0.1, batch_size=10, clip_norm=1.0,
+                                                noise_multiplier=z)):
         for accountant in ("rdp", "pld"):
             before = SiloLedger([dp_accounting.GaussianDpEvent(z / 2)] * 3, accountant, composition="parallel",
                                 round_limit=4).record(2).epsilon(1e-5)

@@ -147,7 +147,7 @@ def test_bitwise_identical_on_one_and_four_devices():
     script = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np, optax
         from _helpers import make_silos
-        from jaxfl.algorithms import dp_fedavg, local_sgd, lowy_convex, minibatch_sgd
+        from jaxfl.algorithms import accelerated, dp_fedavg, local_sgd, minibatch_sgd
         from jaxfl.data.federated import from_silos
         from jaxfl.engine import sharding, train
         from jaxfl.models import init_linear, logistic_loss
@@ -161,9 +161,9 @@ def test_bitwise_identical_on_one_and_four_devices():
                           noise_multiplier=0.9),
                 dp_fedavg(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=5, client_rate=0.5,
                           expected_clients=3.5, clip_norm=0.3, noise_multiplier=1.0),
-                lowy_convex.accelerated_minibatch_sgd(
+                accelerated.accelerated_minibatch_sgd(
                     logistic_loss, batch_size=2, clip_norm=1.0, noise_multiplier=0.7,
-                    schedule=lowy_convex.acsa_schedule(6, smoothness=1.0, noise_std=0.5, radius=2.0))]
+                    schedule=accelerated.acsa_schedule(6, smoothness=1.0, noise_std=0.5, radius=2.0))]
         for alg in algs:
             outs = []
             for mesh in [None, sharding.silo_mesh(jax.devices()[:1]), sharding.silo_mesh(jax.devices())]:
@@ -335,11 +335,12 @@ def test_projection_keeps_the_model_in_the_constraint_set(small_data):
 
 
 def test_with_replacement_minibatches_are_accounted_by_the_theorem_calculus(small_data):
-    from jaxfl.accounting import lowy_convex as lc
+    from jaxfl.accounting import sgd_noise
 
     n_min, rounds, eps, delta = int(np.min(np.asarray(small_data.counts))), 20, 4.0, 1e-5
-    K = lc.min_batch_theorem(n_min, rounds, eps, delta)
-    z = lc.noise_multiplier_from_sigma(lc.sigma_theorem(1.0, n_min, rounds, eps, delta), clip_norm=1.0, batch_size=K)
+    K = sgd_noise.min_batch_theorem(n_min, rounds, eps, delta)
+    z = sgd_noise.noise_multiplier_from_sigma(sgd_noise.sigma_theorem(1.0, n_min, rounds, eps, delta), clip_norm=1.0,
+                                              batch_size=K)
     alg = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=K, clip_norm=1.0, noise_multiplier=z)
     with pytest.raises(Exception, match="cannot account"):
         train(alg, small_data, init_linear(5), rounds=2, delta=delta, progress=False)  # RDP has no such event

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from _helpers import make_silos
-from jaxfl.algorithms import local_sgd, lowy_nonconvex, minibatch_sgd, personalized, scaffold
+from jaxfl.algorithms import local_sgd, minibatch_sgd, personalized, scaffold, variance_reduced
 from jaxfl.algorithms.common import init_server, mean_server
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import FederatedAlgorithm, initial_state, participation, run_rounds
@@ -31,10 +31,10 @@ BUILDERS = {
                                            noise_multiplier=np.linspace(0.5, 2.0, 7), silos_per_round=sp),
     "local_sgd": lambda sp: local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=4, batch_size=1,
                                       clip_norm=1.0, noise_multiplier=1.0, silos_per_round=sp),
-    "fedprox_spider": lambda sp: lowy_nonconvex.fedprox_spider(
+    "fedprox_spider": lambda sp: variance_reduced.fedprox_spider(
         logistic_loss, step_size=0.1, phase_length=2, clip_norm=1.0, batch_size=8, noise_multiplier=1.0,
         difference_noise_multiplier=1.0, silos_per_round=sp),
-    "alt_fed_spider": lambda sp: lowy_nonconvex.alt_fed_spider(
+    "alt_fed_spider": lambda sp: variance_reduced.alt_fed_spider(
         logistic_loss, step_size=0.1, clip_norm=1.0, batch_size=8, noise_multiplier=1.0,
         difference_noise_multiplier=1.0, silos_per_round=sp),
     "scaffold": lambda sp: scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6,

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfl.accounting.lowy_convex import noise_multiplier_from_sigma, sigma_experiment_local_sgd, sigma_experiment_mbsgd
-from jaxfl.algorithms import lowy_convex as algorithms
+from jaxfl.accounting.sgd_noise import noise_multiplier_from_sigma, sigma_experiment_local_sgd, sigma_experiment_mbsgd
+from jaxfl.algorithms import noisy_sgd
 from jaxfl.cli import main
 from jaxfl.data import EVEN_ODD_PAIRS, from_silos, load_insurance, load_mnist, load_obesity
 from jaxfl.engine import make_ledger, sweep
@@ -298,7 +298,7 @@ def test_noise_multipliers_follow_the_paper_and_scale_as_one_over_epsilon(lipsch
     equal = _trial(np.full(25, 1238))
     unit = LC._unit_z("mbsgd", LC.MNIST, equal)
     assert isinstance(unit, float)
-    direct = algorithms.calibrate_minibatch_sgd(clip_norm=lipschitz, counts=np.full(25, 1238), rounds=35, epsilon=3.0,
+    direct = noisy_sgd.calibrate_minibatch_sgd(clip_norm=lipschitz, counts=np.full(25, 1238), rounds=35, epsilon=3.0,
                                                 delta=equal.deltas, calibration="experiment", batch_size=443)
     assert unit / 3.0 == pytest.approx(direct.noise_multiplier)
 
@@ -342,14 +342,14 @@ def test_study_grid_matches_engine_sweep(small_data):
     assert {r["algorithm"] for r in outcome.rows} == {LC.MB, LC.NP_MB}
 
     # the same grid, built by hand from the library's algorithm and calibration
-    unit = algorithms.calibrate_minibatch_sgd(clip_norm=1.0, counts=small_data.counts, rounds=3, epsilon=1.0,
+    unit = noisy_sgd.calibrate_minibatch_sgd(clip_norm=1.0, counts=small_data.counts, rounds=3, epsilon=1.0,
                                               delta=data.deltas, calibration="experiment",
                                               batch_size=4).noise_multiplier
 
     def build(epsilon, step_size, clip_norm):
         z = jnp.where(epsilon > 0, jnp.asarray(unit) / jnp.maximum(epsilon, 1e-6), 0.0) if not isinstance(
             epsilon, float) else (np.asarray(unit) / epsilon if epsilon > 0 else 0.0)
-        return algorithms.noisy_minibatch_sgd(D.squared_loss, step_size=step_size, batch_size=4, clip_norm=clip_norm,
+        return noisy_sgd.noisy_minibatch_sgd(D.squared_loss, step_size=step_size, batch_size=4, clip_norm=clip_norm,
                                               noise_multiplier=z, silos_per_round=3)
 
     def evaluate(params):

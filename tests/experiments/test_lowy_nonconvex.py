@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from jaxfl.accounting import lowy_nonconvex as A
+from jaxfl.accounting import variance_reduced_noise as A
 from jaxfl.cli import main
 from jaxfl.engine import make_ledger
 from jaxfl.experiments import lowy_nonconvex as N

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxfl.accounting import vandijk_async as acct
+from jaxfl.accounting import moments
 from jaxfl.cli import main
 from jaxfl.experiments import vandijk_async as V
 
@@ -82,7 +82,7 @@ def test_dp_quick_form_reports_three_epsilons_and_no_guarantee(quick_results):
         if r["algorithm"].startswith(V.INCREASING):
             assert p["paper_selection_delta"] == pytest.approx(5.502343985212556e-8, rel=1e-9)
         else:
-            assert p["moments_epsilon"] == pytest.approx(acct.moments_epsilon([16] * p["rounds"],
+            assert p["moments_epsilon"] == pytest.approx(moments.moments_epsilon([16] * p["rounds"],
                                                                                 p["records_per_client"], p["sigma"],
                                                                                 5.5e-8))
 

@@ -77,7 +77,7 @@ def key_log(monkeypatch):
 DATA = from_silos(make_silos([40, 40, 24, 40], features=5, seed=3))
 
 #: Draws that are regenerated from one key in later rounds by design, by the algorithms that do so.
-ONE_PASS_ORDER = "algorithms/lowy_convex.py:one_pass_batch"   # one random order per silo for the whole run
+ONE_PASS_ORDER = "algorithms/accelerated.py:one_pass_batch"   # one random order per silo for the whole run
 EPOCH_PARTICIPANTS = "engine/participation.py:draw"            # SVRG: the same silos for a whole epoch
 REPLAYS = {"isrl accelerated one_pass": {ONE_PASS_ORDER}, "isrl sdp accelerated": {ONE_PASS_ORDER},
            "isrl sdp accelerated template": {ONE_PASS_ORDER}, "nc prox_sgd one_pass": {ONE_PASS_ORDER},

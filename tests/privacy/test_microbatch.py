@@ -153,7 +153,7 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
     """``microbatch=2`` on minibatches of 8 puts a 4-slice scan in the round (none without it) and moves the
     result by float rounding only; the privacy statement does not depend on it. Seed 000's and seed 002's
     constructors (the last five) included."""
-    from jaxfl.algorithms import dp_fedavg, local_sgd, lowy_convex, lowy_nonconvex, minibatch_sgd, scaffold
+    from jaxfl.algorithms import accelerated, dp_fedavg, local_sgd, minibatch_sgd, noisy_sgd, scaffold, variance_reduced
     from jaxfl.engine import train
     from jaxfl.engine.driver import initial_state
     from jaxfl.models import init_linear, logistic_loss
@@ -168,16 +168,16 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
                                                expected_clients=2.0,
                                                **private, **common),
                 "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common),
-                "fedprox_spider": lambda: lowy_nonconvex.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2,
+                "fedprox_spider": lambda: variance_reduced.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2,
                                                                         **private, **common),
-                "noisy_minibatch_sgd": lambda: lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, **private,
+                "noisy_minibatch_sgd": lambda: noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, **private,
                                                                                **common),
-                "accelerated_minibatch_sgd": lambda: lowy_convex.accelerated_minibatch_sgd(
-                    logistic_loss, schedule=lowy_convex.acsa_schedule(2, smoothness=1.0, noise_std=0.1, radius=1.0),
+                "accelerated_minibatch_sgd": lambda: accelerated.accelerated_minibatch_sgd(
+                    logistic_loss, schedule=accelerated.acsa_schedule(2, smoothness=1.0, noise_std=0.1, radius=1.0),
                     sampling="with_replacement", **private, **common),
-                "fedprox_svrg": lambda: lowy_nonconvex.fedprox_svrg(logistic_loss, step_size=0.1, epoch_length=2,
+                "fedprox_svrg": lambda: variance_reduced.fedprox_svrg(logistic_loss, step_size=0.1, epoch_length=2,
                                                                     **private, **common),
-                "noisy_prox_sgd": lambda: lowy_nonconvex.noisy_prox_sgd(
+                "noisy_prox_sgd": lambda: variance_reduced.noisy_prox_sgd(
                     logistic_loss, step_size=0.1, sampling="with_replacement", **private, **common),
                 }[build]()
 
@@ -197,7 +197,7 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
 
 
 def test_algorithm_constructors_reject_a_bad_microbatch():
-    from jaxfl.algorithms import dp_rec, local_sgd, lowy_convex, lowy_nonconvex
+    from jaxfl.algorithms import accelerated, dp_rec, local_sgd, noisy_sgd, variance_reduced
     from jaxfl.compression import rec
     from jaxfl.models import logistic_loss
 
@@ -207,17 +207,17 @@ def test_algorithm_constructors_reject_a_bad_microbatch():
         dp_rec(LOSS, params=PARAMS, client_opt=optax.sgd(0.1), clients_per_round=2, batch_size=4, prior_std=0.01,
                clip_multiplier=0.5, layout=rec.per_tensor(PARAMS, 3), microbatch="fast")
     with pytest.raises(ValueError, match="microbatch must be .* got -2"):
-        lowy_convex.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0, microbatch=-2)
+        noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0, microbatch=-2)
     with pytest.raises(ValueError, match="microbatch must be .* got 0"):
-        lowy_convex.accelerated_minibatch_sgd(logistic_loss, schedule=lowy_convex.acsa_schedule(
+        accelerated.accelerated_minibatch_sgd(logistic_loss, schedule=accelerated.acsa_schedule(
             2, smoothness=1.0, noise_std=0.1, radius=1.0), batch_size=4, clip_norm=1.0, microbatch=0)
     with pytest.raises(ValueError, match="microbatch must be .* got 0"):
-        lowy_nonconvex.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2, clip_norm=1.0, microbatch=0)
+        variance_reduced.fedprox_spider(logistic_loss, step_size=0.1, phase_length=2, clip_norm=1.0, microbatch=0)
     with pytest.raises(ValueError, match="microbatch must be .* got 0"):
-        lowy_nonconvex.fedprox_svrg(logistic_loss, step_size=0.1, batch_size=4, epoch_length=2, clip_norm=1.0,
+        variance_reduced.fedprox_svrg(logistic_loss, step_size=0.1, batch_size=4, epoch_length=2, clip_norm=1.0,
                                     microbatch=0)
     with pytest.raises(ValueError, match="microbatch must be .* got 0"):
-        lowy_nonconvex.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0, microbatch=0)
+        variance_reduced.noisy_prox_gd(logistic_loss, step_size=0.1, clip_norm=1.0, microbatch=0)
 
 
 def _fake_sysfs(root, caches):

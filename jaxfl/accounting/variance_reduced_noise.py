@@ -10,7 +10,7 @@ Adjacency is replace-one within a silo (ISRL-DP) or anywhere (SDP), so a mean of
 ``L`` has l2 sensitivity ``2L/K``. :func:`noise_multiplier` converts a sigma to the engine's multiplier.
 
 Functions take plain Python scalars and raise ``ValueError`` naming the offending argument. Helpers already
-in :mod:`jaxfl.accounting.lowy_convex` (Lowy & Razaviyayn) are reused where the formula is identical; their
+in :mod:`jaxfl.accounting.sgd_noise` (Lowy & Razaviyayn) are reused where the formula is identical; their
 *experiment* baselines use ``ln(1/delta)`` while Lowy et al.'s use ``ln(2/delta)``, so those are separate here.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from jaxfl import checks
-from jaxfl.accounting import lowy_convex
+from jaxfl.accounting import sgd_noise
 
 # Guard for floor/ceil of values that are integers up to float rounding.
 _ROUND_SLACK = 1e-12
@@ -151,10 +151,10 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
 
 def pl_svrg_batch(n, epsilon, delta, restarts, rounds) -> int:
     """Thm E.2's batch condition ``K >= eps n / (4 sqrt(2 S R ln(2/delta)))`` as the smallest integer
-    (at least 1): Lowy & Razaviyayn's :func:`lowy_convex.min_batch_theorem` with ``S R`` rounds."""
+    (at least 1): Lowy & Razaviyayn's :func:`sgd_noise.min_batch_theorem` with ``S R`` rounds."""
     S = checks.positive_int("restarts", restarts)
     R = checks.positive_int("rounds", rounds)
-    return int(lowy_convex.min_batch_theorem(checks.positive_int("n", n), S * R, checks.epsilon("epsilon", epsilon),
+    return int(sgd_noise.min_batch_theorem(checks.positive_int("n", n), S * R, checks.epsilon("epsilon", epsilon),
                                              checks.delta("delta", delta, scalar=True)))
 
 
@@ -256,7 +256,7 @@ def spider_parameters(lipschitz, smoothness, gap, n, dim, epsilon, delta, silos_
 def sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) -> float:
     """Lowy et al.'s experiments, ISRL-DP MB-SGD (§4.9; authors' code, moments-accountant heuristic):
     ``sigma^2 = 8 L^2 R ln(2/delta) / (n^2 eps^2)``. (Lowy & Razaviyayn's
-    :func:`lowy_convex.sigma_experiment_mbsgd` has ``ln(1/delta)``.) Not an accountant-verified bound."""
+    :func:`sgd_noise.sigma_experiment_mbsgd` has ``ln(1/delta)``.) Not an accountant-verified bound."""
     L = checks.positive_float("lipschitz", lipschitz)
     n = checks.positive_int("n", n)
     eps = checks.epsilon("epsilon", epsilon)
@@ -283,9 +283,9 @@ def sigma_alt_spider(lipschitz, n, epsilon, delta, rounds) -> tuple[float, float
 
 def batch_experiment_paper(n, rounds, epsilon) -> int:
     """The paper's experiment batch (App. H.2; Alg. 11's and the baselines' ``K1 = K2``):
-    ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` -- Lowy & Razaviyayn's :func:`lowy_convex.batch_experiment`
+    ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` -- Lowy & Razaviyayn's :func:`sgd_noise.batch_experiment`
     (the same formula, one name for it)."""
-    return int(lowy_convex.batch_experiment(checks.positive_int("n", n), checks.positive_int("rounds", rounds),
+    return int(sgd_noise.batch_experiment(checks.positive_int("n", n), checks.positive_int("rounds", rounds),
                                             checks.epsilon("epsilon", epsilon)))
 
 
@@ -380,12 +380,12 @@ def sdp_spider_pvec(epsilon, delta, num_silos, silos_per_round, checkpoint_batch
 def noise_multiplier(sigma, clip_norm, batch_size, sensitivity=1.0) -> float:
     """The engine's noise multiplier for a paper sigma: the engine adds ``N(0, (z sensitivity C)^2)`` to a
     silo's *sum* of ``K`` clipped gradients and divides by ``K``, so ``z = sigma K / (sensitivity C)``
-    (Lowy & Razaviyayn's :func:`lowy_convex.noise_multiplier_from_sigma` with clip norm ``sensitivity C``)."""
+    (Lowy & Razaviyayn's :func:`sgd_noise.noise_multiplier_from_sigma` with clip norm ``sensitivity C``)."""
     C = checks.positive_float("clip_norm", clip_norm)
     s = checks.positive_float("sensitivity", sensitivity)
     K = checks.positive_int("batch_size", batch_size)
     checks.positive_float("sigma", sigma)
-    return float(lowy_convex.noise_multiplier_from_sigma(sigma, s * C, K))
+    return float(sgd_noise.noise_multiplier_from_sigma(sigma, s * C, K))
 
 
 

@@ -1,5 +1,5 @@
-"""Lowy et al. (Lowy, Ghafelebashi, Razaviyayn, AISTATS 2023): ISRL-DP and shuffle-DP federated learning
-for non-convex composite losses ``f(w, x) = f0(w, x) + f1(w)``.
+"""Variance-reduced noisy proximal methods for non-convex composite losses ``f(w, x) = f0(w, x) + f1(w)``
+under ISRL-DP (and, in :mod:`jaxfl.algorithms.shuffled`, the shuffle model).
 
 * :func:`noisy_prox_sgd` -- Alg. 6 (noisy distributed proximal SGD; one pass over disjoint batches,
   parallel composition) and :func:`noisy_prox_gd` (full local batches);
@@ -7,9 +7,9 @@ for non-convex composite losses ``f(w, x) = f0(w, x) + f1(w)``.
   and :func:`fedprox_pl_svrg` -- Alg. 2 (restarts from the uniformly drawn iterate, for proximal-PL losses);
 * :func:`fedprox_spider` -- Alg. 3 (a checkpoint every ``q`` rounds, SPIDER differences between) and
   :func:`alt_fed_spider` -- Alg. 11, the alternate implementation of the experiments;
-* ``sdp_*`` -- the shuffle-model versions (Algs. 7-10): every per-record vector is run through
-  P_vec's local randomizer (:mod:`jaxfl.privacy.shuffle`) and the shuffled counts are decoded by the
-  server.
+* the shuffle-model versions (Algs. 7-10) are in :mod:`jaxfl.algorithms.shuffled`: every per-record vector
+  is run through P_vec's local randomizer (:mod:`jaxfl.privacy.shuffle`) and the shuffled counts are
+  decoded by the server.
 
 All of them are one round program (:func:`_variance_reduced`) on the shared engine: a silo's message in a
 round is a *fresh* part (its clipped minibatch gradient at ``w_r``) and/or a *difference* part (the mean
@@ -55,9 +55,8 @@ from jax.flatten_util import ravel_pytree
 from jaxfl.accounting.events import PvecDpEvent, RoundCycleDpEvent, clipped_sum_gaussian
 from jaxfl.algorithms import prox as prox_lib
 from jaxfl import checks
-from jaxfl.algorithms.common import (check_params, check_private_args, is_concrete_zero as is_zero, model_template,
-                                     safe_mean)
-from jaxfl.algorithms.lowy_convex import one_pass_batch, one_pass_privacy
+from jaxfl.algorithms.common import check_params, check_private_args, is_concrete_zero as is_zero, safe_mean
+from jaxfl.algorithms.accelerated import one_pass_batch, one_pass_privacy
 from jaxfl.engine import local
 from jaxfl.engine.participation import resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
@@ -67,6 +66,7 @@ from jaxfl.privacy import shuffle, uniform
 from jaxfl.privacy.clipping import clip_by_global_norm, clipped_grad_sum, per_example_grads
 from jaxfl.privacy.microbatch import check_microbatch
 from jaxfl.privacy.noise import gaussian_like, noisy_clipped_mean
+
 
 SPIDER, SVRG = "spider", "svrg"
 SAMPLINGS = ("with_replacement", "one_pass", "full")
@@ -416,7 +416,7 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
         None: the full local batch (the theory's ``K1 = K2 = n``).
       noise_multiplier / difference_noise_multiplier: ``z1``, ``z2`` (default ``z1``). From the paper's
         sigmas (std on a mean of ``K`` terms): ``z1 = sigma_1 K / C``, ``z2 = sigma_hat_2 K / (2C)``
-        (:mod:`jaxfl.accounting.lowy_nonconvex`).
+        (:mod:`jaxfl.accounting.variance_reduced_noise`).
       smoothness: ``beta`` of ``f0``, if known: the difference noise then shrinks with
         ``||w_r - w_{r-1}||``. The guarantee rests on ``f0`` really being ``beta``-smooth.
       prox: a :mod:`jaxfl.algorithms.prox` operator for ``f1`` (None: ``f1 = 0``).
@@ -455,7 +455,7 @@ def alt_fed_spider(loss_fn, *, step_size, batch_size: int, clip_norm, noise_mult
     :func:`fedprox_spider` with ``q = 2``: **one Alg.-11 round is two engine rounds** (a difference round
     then a fresh round; engine round 0 is its initial fresh gradient), so run ``2 R`` rounds for its ``R``.
     Noise as its §H.2: ``sigma_fresh^2 = 8 L^2 R ln(2/delta) / (n^2 eps^2)``, ``sigma_diff^2 = 32 ...``
-    (:func:`jaxfl.accounting.lowy_nonconvex.sigma_alt_spider`); the ledger composes all ``2 R`` messages
+    (:func:`jaxfl.accounting.variance_reduced_noise.sigma_alt_spider`); the ledger composes all ``2 R`` messages
     (the paper's accounting counts ``R``).
     """
     return fedprox_spider(loss_fn, step_size=step_size, phase_length=2, clip_norm=clip_norm, batch_size=batch_size,
@@ -473,7 +473,8 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
 
     ``sampling="one_pass"`` (the paper): disjoint batches of ``K = floor(n / R)`` records in a per-silo
     random order fixed for the run, so the run is as private as one round (parallel composition, at most
-    ``floor(n_min / K)`` rounds); calibrate ``z`` with :func:`jaxfl.accounting.lowy_nonconvex.sigma_prox_sgd`
+    ``floor(n_min / K)`` rounds); calibrate ``z`` with
+    :func:`jaxfl.accounting.variance_reduced_noise.sigma_prox_sgd`
     (``z = sigma K / C``; the events state it for replace-one neighbours). ``"with_replacement"``: ``K``
     draws with replacement every round (rounds compose). ``"full"`` (``batch_size=None``): see
     :func:`noisy_prox_gd`.
@@ -523,7 +524,8 @@ def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip
     ``restart_length`` restarts from that draw every so many rounds (:func:`fedprox_pl_svrg`).
 
     Privacy per silo: a full-batch Gaussian ``z1`` per epoch and a with-replacement sampled Gaussian ``z2``
-    per round (accountant ``"lowy"``). Theorem E.2's sigmas: :func:`jaxfl.accounting.lowy_nonconvex.sigma_pl_svrg`.
+    per round (accountant ``"lowy"``). Theorem E.2's sigmas:
+    :func:`jaxfl.accounting.variance_reduced_noise.sigma_pl_svrg`.
     """
     private = check_private_args(clip_norm, noise_multiplier)
     z2 = noise_multiplier if difference_noise_multiplier is None else difference_noise_multiplier
@@ -544,7 +546,7 @@ def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, e
     every ``epochs * epoch_length`` rounds; run ``S`` restarts as ``S * epochs * epoch_length`` rounds. The
     output is the iterate after the last restart (``state.params`` at a restart boundary).
     Theorem E.2 calibrates ``sigma_1, sigma_2`` for ``S`` restarts
-    (:func:`~jaxfl.accounting.lowy_nonconvex.sigma_pl_svrg`).
+    (:func:`~jaxfl.accounting.variance_reduced_noise.sigma_pl_svrg`).
     """
     alg = fedprox_svrg(loss_fn, step_size=step_size, batch_size=batch_size, epoch_length=epoch_length,
                        clip_norm=clip_norm, noise_multiplier=noise_multiplier,
@@ -552,88 +554,3 @@ def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, e
                        silos_per_round=silos_per_round, output="uniform",
                        restart_length=int(epochs) * int(epoch_length), microbatch=microbatch, name=name)
     return alg._replace(name=name or alg.name.replace("svrg", "pl_svrg"))
-
-
-# ------------------------------------------------------------------------------------------------
-# Shuffle-model (SDP) versions
-
-
-def _check_pvec(clip_norm, silos_per_round):
-    checks.positive_float("clip_norm (P_vec's bound L)", clip_norm)
-    if not isinstance(silos_per_round, (int, np.integer)):
-        raise ValueError(f"the shuffle model needs a fixed number of silos per round, got {silos_per_round!r}")
-
-
-def sdp_prox_sgd(loss_fn, *, params, step_size, batch_size: int, clip_norm: float,
-                 shuffle_params: shuffle.ShuffleParams, silos_per_round: int, prox=None, sampling: str = "one_pass",
-                 output: str = "last", name: str | None = None) -> FederatedAlgorithm:
-    """SDP noisy distributed proximal SGD (Alg. 7): the ``M K`` clipped per-record gradients of a round are
-    summed by P_vec (parameters ``shuffle_params``, e.g. :func:`jaxfl.privacy.shuffle.pvec_parameters` at
-    :func:`jaxfl.accounting.lowy_nonconvex.sdp_prox_sgd_pvec`'s ``(N eps / (2M), delta)``) and the server
-    steps with their mean. One pass over disjoint batches by default (parallel composition). ``params``: the
-    model's initial parameters or a template of them (the P_vec events need its dimension)."""
-    _check_pvec(clip_norm, silos_per_round)
-    template = model_template(params)
-    pvec = shuffle.ShuffleParams(*shuffle_params)
-    mechanism = _pvec(loss_fn, clip_norm, pvec, pvec, template)
-    sampler = _sampler(batch_size)
-    privacy = _pvec_privacy(SPIDER, 1, pvec, pvec, int(batch_size), int(batch_size), silos_per_round, template.size)
-    if sampling == "one_pass":
-        stated = privacy
-
-        def privacy(counts):
-            stated_round = stated(counts)
-            real = np.asarray(counts)[np.asarray(counts) > 0]
-            return stated_round._replace(composition="parallel", round_limit=int(real.min()) // int(batch_size))
-    return _variance_reduced(
-        kind=SPIDER, period=1, mechanism=mechanism, step_size=step_size, prox=prox, sampling=sampling,
-        fresh_sampler=sampler, diff_sampler=sampler, clip_norm=clip_norm, smoothness=None,
-        silos_per_round=int(silos_per_round), output=output, restart_length=None, privacy=privacy,
-        name=name or "sdp_prox_sgd")
-
-
-def sdp_fedprox_spider(loss_fn, *, params, step_size, phase_length: int, clip_norm: float,
-                       checkpoint_params: shuffle.ShuffleParams, difference_params: shuffle.ShuffleParams,
-                       silos_per_round: int, batch_size: int | None = None, difference_batch_size: int | None = None,
-                       smoothness: float | None = None, prox=None, output: str = "last",
-                       name: str | None = None) -> FederatedAlgorithm:
-    """SDP FedProx-SPIDER (Alg. 10): :func:`fedprox_spider` whose checkpoints and differences are summed by
-    P_vec (bound ``C`` for gradients, ``min(2C, beta ||dw||)`` for differences), with the parameters of
-    :func:`jaxfl.accounting.lowy_nonconvex.sdp_spider_pvec`. ``params``: the model's initial parameters or a
-    template of them."""
-    _check_pvec(clip_norm, silos_per_round)
-    template = model_template(params)
-    fresh_params, diff_params = shuffle.ShuffleParams(*checkpoint_params), shuffle.ShuffleParams(*difference_params)
-    mechanism = _pvec(loss_fn, clip_norm, fresh_params, diff_params, template)
-    fresh_sampler = _sampler(batch_size)
-    diff_k = batch_size if difference_batch_size is None else difference_batch_size
-    diff_sampler = _sampler(diff_k)
-    return _variance_reduced(
-        kind=SPIDER, period=phase_length, mechanism=mechanism, step_size=step_size, prox=prox,
-        sampling=fresh_sampler.kind, fresh_sampler=fresh_sampler, diff_sampler=diff_sampler, clip_norm=clip_norm,
-        smoothness=smoothness, silos_per_round=int(silos_per_round), output=output, restart_length=None,
-        privacy=_pvec_privacy(SPIDER, phase_length, fresh_params, diff_params, batch_size, diff_k, silos_per_round,
-                              template.size),
-        name=name or "sdp_fedprox_spider")
-
-
-def sdp_fedprox_svrg(loss_fn, *, params, step_size, batch_size: int, epoch_length: int, clip_norm: float,
-                     checkpoint_params: shuffle.ShuffleParams, difference_params: shuffle.ShuffleParams,
-                     silos_per_round: int, smoothness: float | None = None, prox=None, output: str = "uniform",
-                     restart_length: int | None = None, name: str | None = None) -> FederatedAlgorithm:
-    """SDP FedProx-SVRG (Alg. 8; with ``restart_length``, Alg. 9's SDP FedProx-PL-SVRG): checkpoints sum all
-    ``M n`` clipped per-record gradients by P_vec, inner steps the ``M K`` clipped differences (bound
-    ``2C``); parameters from :func:`jaxfl.accounting.lowy_nonconvex.sdp_svrg_pvec`. ``params``: the model's
-    initial parameters or a template of them."""
-    _check_pvec(clip_norm, silos_per_round)
-    template = model_template(params)
-    fresh_params, diff_params = shuffle.ShuffleParams(*checkpoint_params), shuffle.ShuffleParams(*difference_params)
-    mechanism = _pvec(loss_fn, clip_norm, fresh_params, diff_params, template)
-    full, sampler = local.make_sampler(), _sampler(batch_size)
-    return _variance_reduced(
-        kind=SVRG, period=epoch_length, mechanism=mechanism, step_size=step_size, prox=prox, sampling="full",
-        fresh_sampler=full, diff_sampler=sampler, clip_norm=clip_norm, smoothness=smoothness,
-        silos_per_round=int(silos_per_round), output=output, restart_length=restart_length,
-        privacy=_pvec_privacy(SVRG, epoch_length, fresh_params, diff_params, None, int(batch_size), silos_per_round,
-                              template.size),
-        name=name or ("sdp_fedprox_pl_svrg" if restart_length else "sdp_fedprox_svrg"))

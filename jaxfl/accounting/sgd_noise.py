@@ -1,4 +1,5 @@
-"""Lowy & Razaviyayn's noise calibrations (Lowy & Razaviyayn, ISRL-DP federated learning, convex losses).
+"""Closed-form noise for ISRL-DP noisy minibatch SGD and Local SGD on convex losses (Lowy & Razaviyayn's formulas),
+and their proof's calculus for sampling with replacement as an accountant (:class:`LowyAccountant`, ``"lowy"``).
 
 Each function is the paper's formula exactly, with the ranges its proof needs checked (``ValueError``
 naming the value otherwise). Lowy & Razaviyayn 2023, §3 and App. D. All sigmas are
@@ -8,6 +9,10 @@ arrays, so per-silo budgets (Alg. 7: ``n_i, epsilon_i, delta_i``) are one call.
 
 Replace-one adjacency inside a silo: a silo's minibatch mean of ``K`` gradients bounded by ``L`` has
 L2 sensitivity ``2L/K``.
+
+References:
+  A. Lowy and M. Razaviyayn. "Private Federated Learning Without a Trusted Server: Optimal Algorithms
+  for Convex Losses." ICLR 2023 (arXiv 2106.09779).
 """
 from __future__ import annotations
 
