@@ -31,7 +31,7 @@ from jaxfl.algorithms import async_dp, async_schedules, async_timeline
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine.driver import run_rounds
 from jaxfl.engine.protocol import initial_state
-from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
+from jaxfl.studies.provenance import best_seconds, machine as processor, source_revision, write_benchmark
 
 D, RECORDS, ROUNDS, SIZE, CLIP, SIGMA, STEP = 123, 64, 10, 8, 1.0, 1.0, 0.5
 """Per-step size ``STEP / clients``: the server sums every client's update, so the run stays bounded."""

@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.models import conv, nets
-from jaxfl.experiments.report import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
+from jaxfl.studies.provenance import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.privacy.clipping import clipped_grad_sum, explicit_clipped_grad_sum
 from jaxfl.privacy.microbatch import microbatch_size
 

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxfl.experiments.report import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
+from jaxfl.studies.provenance import machine as processor, interleaved_best_seconds, source_revision, write_benchmark
 from jaxfl.models import conv
 
 STEPS = 20

@@ -35,7 +35,7 @@ import optax
 
 import jaxfl
 from jaxfl.data import load_cifar10_subset
-from jaxfl.experiments.report import interleaved_best_records, machine as processor, write_benchmark
+from jaxfl.studies.provenance import interleaved_best_records, machine as processor, write_benchmark
 
 CLIENTS, PER_CLIENT, COHORT, BATCH, CLIP, SIGMA = 100, 50, 10, 10, 1.0, 1.0
 OUT = Path(__file__).resolve().parent / "results" / "dp_fedavg_cohort.json"

@@ -36,7 +36,7 @@ import optax
 
 import jaxfl
 from jaxfl.data import load_mnist
-from jaxfl.experiments.report import interleaved_best_records, machine as processor, write_benchmark
+from jaxfl.studies.provenance import interleaved_best_records, machine as processor, write_benchmark
 
 BATCH, RECORDS, CLIP, SIGMA, LR, DELTA = 256, 60000, 1.5, 1.3, 0.25, 1e-5
 OUT = Path(__file__).resolve().parent / "results" / "dp_sgd_mnist.json"

@@ -34,7 +34,7 @@ from jaxfl.accounting import sgd_noise
 from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data import load_mnist, partition, preprocess
 from jaxfl.engine import local, run_rounds
-from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
+from jaxfl.studies.provenance import machine as processor, source_revision, write_benchmark
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clipped_grad_sum
 

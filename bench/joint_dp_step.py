@@ -53,7 +53,7 @@ import optax
 from jaxfl.algorithms import personalized
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import initial_state, run_rounds
-from jaxfl.experiments.report import machine as processor, environment, write_benchmark
+from jaxfl.studies.provenance import machine as processor, environment, write_benchmark
 from jaxfl.models import nets
 from jaxfl.privacy.clipping import clipped_grad_sum
 
@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLATTEN = (7, 7, 32)  # (H, W, C) the CNN flattens before both heads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run by path (jaxfl bench): its sibling as a module
-import clipping_vs_opacus  # noqa: E402  (torch mirrors' conversions; imports torch only when called)
+import clipping_vs_opacus
 
 
 def _shared_unless_fc1(path, leaf) -> bool:

@@ -48,8 +48,9 @@ from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.compression import rec
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import local
-from jaxfl.experiments import dprec_data
-from jaxfl.experiments.report import (best_seconds, interleaved_best_seconds, machine as processor, source_revision,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: its paper homes (papers/)
+from papers.dprec import data as dprec_data
+from jaxfl.studies.provenance import (best_seconds, interleaved_best_seconds, machine as processor, source_revision,
                                       write_benchmark)
 from jaxfl.models import nets
 from jaxfl.privacy.microbatch import microbatch_size

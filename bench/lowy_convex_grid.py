@@ -6,9 +6,9 @@ epsilon in {0.75, 1.5, 3, 6, 12, 18} plus the non-private run, 10 step sizes per
 (MB-SGD exp(linspace(-6, 0, 10)), Local SGD exp(linspace(-8, -1, 10))), 3 repetitions, 20 trials
 (fresh splits): 20 x 2 x 7 x 10 x 3 = 8,400 training runs.
 
-* **jaxfl**: the reproduction's own grid programs, run as :func:`jaxfl.experiments.study.run` runs
+* **jaxfl**: the reproduction's own grid programs, run as :func:`jaxfl.studies.runner.run` runs
   them: per trial and family (``lowy_convex.MNIST``'s families on its M = 25 panel), the family's
-  :class:`~jaxfl.experiments.study.Program` through :func:`jaxfl.engine.sweep` with the cached build
+  :class:`~jaxfl.studies.spec.Program` through :func:`jaxfl.engine.sweep` with the cached build
   ``study._builder(family, program.static)`` -- the 70 (epsilon, step size) configs x 3 seeds as
   vmapped programs (two batches of 35 configs), compiled once (timed separately) and reused for every
   trial; each configuration's "lowy" accounting (milliseconds) included, as in the study.
@@ -53,6 +53,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import sys
 import platform
 import statistics
 import time
@@ -69,14 +70,15 @@ except ImportError:  # the baseline then runs with NumPy's default BLAS threads
 
 from jaxfl.accounting.sgd_noise import sigma_experiment_local_sgd, sigma_experiment_mbsgd
 from jaxfl.engine import grid_points, local, sweep
-from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
-from jaxfl.experiments import lowy_convex as LC
-from jaxfl.experiments import study as S
-from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
+from jaxfl.engine.sweep import _program as sweep_program
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: its paper homes (papers/)
+from papers.lowy_convex import programs as LCG, studies as LC
+from jaxfl.studies import runner, spec
+from jaxfl.studies.provenance import machine as processor, source_revision, write_benchmark
 
 M = 25                 # silos per round (the M = 25 panel; N = 25)
-PANEL = S.Panel(f"M = {M}", (("silos_per_round", M),))
-FAMILIES = {f.name: f for f in LC.FAMILIES}        # "mbsgd", "local"
+PANEL = spec.Panel(f"M = {M}", (("silos_per_round", M),))
+FAMILIES = {f.name: f for f in LCG.FAMILIES}        # "mbsgd", "local"
 LOGIT_CLIP = 15.0
 CHECK_SEEDS = 24       # jaxfl runs of the checked configuration
 
@@ -285,7 +287,7 @@ def one_blas_thread():
     return threadpool_limits(1, "blas") if threadpool_limits is not None else contextlib.nullcontext()
 
 
-def numpy_metrics(w, trial: S.Trial) -> dict:
+def numpy_metrics(w, trial: spec.Trial) -> dict:
     x, y = np.asarray(trial.train.x, np.float64), np.asarray(trial.train.y, np.float64)
     mask = np.asarray(trial.train.mask())
     s = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -LOGIT_CLIP, LOGIT_CLIP)))
@@ -296,10 +298,10 @@ def numpy_metrics(w, trial: S.Trial) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-# jaxfl: the study's grid programs, run as jaxfl.experiments.study.run runs them
+# jaxfl: the study's grid programs, run as jaxfl.studies.runner.run runs them
 
 
-def program_of(study, family, trial) -> S.Program:
+def program_of(study, family, trial) -> spec.Program:
     """The family's one grid program on the M = 25 panel (``{"epsilon", "step_size"}``, rounds, the
     trial's ``z(eps = 1)`` and ``L`` as constants)."""
     (program,) = FAMILIES[family].programs(study, PANEL, trial)
@@ -311,10 +313,10 @@ def seeds_of(study, trial):
 
 
 def grid_sweep(study, family, program, trial, seeds, fam=None):
-    """One family's whole grid on one trial: :func:`jaxfl.experiments.study._sweep`, i.e. exactly what
-    :func:`jaxfl.experiments.study.run` calls (``jaxfl.engine.sweep`` of ``study._builder(family,
+    """One family's whole grid on one trial: :func:`jaxfl.studies.runner._sweep`, i.e. exactly what
+    :func:`jaxfl.studies.runner.run` calls (``jaxfl.engine.sweep`` of ``study._builder(family,
     program.static)``, ``study.configs_per_batch`` configs per call, every configuration accounted)."""
-    return S._sweep(study, fam or FAMILIES[family], program, trial, seeds)
+    return runner._sweep(study, fam or FAMILIES[family], program, trial, seeds)
 
 
 def compile_programs(study, trial) -> dict:
@@ -329,7 +331,7 @@ def compile_programs(study, trial) -> dict:
         take = np.minimum(np.arange(batch), len(configs) - 1)
         table = {n: jnp.asarray([c[n] for c in configs], jnp.float32)[take] for n in names}
         table["__config__"] = jnp.arange(len(configs))[take]
-        fn = sweep_program(S._builder(FAMILIES[family], program.static), names, int(program.rounds),
+        fn = sweep_program(runner._builder(FAMILIES[family], program.static), names, int(program.rounds),
                            study.evaluate, True)
         constants = jax.tree_util.tree_map(jnp.asarray, dict(program.constants))
         t0 = time.perf_counter()
@@ -352,7 +354,7 @@ def jaxfl_check_runs(study, family, trial, configs) -> list[dict]:
     ``(step size, epsilon)`` in ``configs`` (epsilon 0: non-private); final metrics per configuration."""
     program = program_of(study, family, trial)
     grid = [{"epsilon": eps, "step_size": lr} for lr, eps in configs]
-    out = sweep(S._builder(FAMILIES[family], program.static), grid, trial.train, study.init(study.init_seed),
+    out = sweep(runner._builder(FAMILIES[family], program.static), grid, trial.train, study.init(study.init_seed),
                 rounds=program.rounds, seeds=range(7_000_000, 7_000_000 + CHECK_SEEDS), evaluate=study.evaluate,
                 eval_data=trial.eval_data, constants=program.constants)
     return [{k: np.asarray(v[c], np.float64) for k, v in out.metrics.items()} for c in range(len(configs))]
@@ -656,7 +658,7 @@ def main():
             f"1-minute load average {load_start:.2f} at the start, {load_numpy:.2f} when the NumPy phase began and "
             f"{load_end:.2f} at the end (2 shared cores; other processes' load slows both sides)",
             "jaxfl_seconds = AOT compilation of the two grid programs + every trial's sweeps, run as "
-            "jaxfl.experiments.study.run runs them (jaxfl.engine.sweep of the study's cached builds, each "
+            "jaxfl.studies.runner.run runs them (jaxfl.engine.sweep of the study's cached builds, each "
             "configuration's 'lowy' accounting included: milliseconds); the data preparation (MNIST PCA, splits; "
             "the same for all implementations) is reported separately",
             "NumPy silo-vectorised and looped: float32 (as jaxfl), np.random.default_rng (PCG64) integers for the "

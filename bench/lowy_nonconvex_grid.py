@@ -7,7 +7,7 @@ FedProx-SPIDER per q in {1, 2} (R = 25) / {1..4} (R = 50) and Alt Fed-SPIDER ove
 ``--reps`` repetitions, ``--trials`` trials.
 
 * **jaxfl**: the study's grid programs (``lowy_nonconvex.MNIST``'s families through the program
-  :func:`jaxfl.engine.sweep` caches, as :func:`jaxfl.experiments.study.run` runs them): one
+  :func:`jaxfl.engine.sweep` caches, as :func:`jaxfl.studies.runner.run` runs them): one
   compiled program per (algorithm, M, R, q) serves every trial (M is static: one compilation per
   panel); each call runs ``configs_per_batch`` configs x reps. Timed: AOT compilation of each program,
   and ``--timed-calls`` (default 3) steady-state calls, interleaved with the single runs below; the
@@ -39,6 +39,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -47,10 +48,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfl.engine import grid_points, initial_state, run_rounds
-from jaxfl.engine.sweep import _program as sweep_program   # the program jaxfl.engine.sweep runs (AOT-compiled)
-from jaxfl.experiments import lowy_nonconvex as N
-from jaxfl.experiments import study as S
-from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
+from jaxfl.engine.sweep import _program as sweep_program
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: its paper homes (papers/)
+from papers.lowy_nonconvex import programs as NG, studies as N
+from jaxfl.studies import runner, spec
+from jaxfl.studies.provenance import machine as processor, source_revision, write_benchmark
 
 
 STUDIES = {"mnist": N.MNIST, "cifar10": N.CIFAR10}
@@ -58,7 +60,7 @@ FORMS = {"mnist": "full (the paper's MNIST grid, §6.1)",
          "cifar10": "full (the paper's CIFAR-10 grid, §6.2, on the offline subset of ~400 images per silo)"}
 
 
-def table_of(program: S.Program):
+def table_of(program: spec.Program):
     configs = grid_points(program.grid)
     return configs, {k: jnp.asarray([c[k] for c in configs], jnp.float32) for k in program.grid}
 
@@ -86,7 +88,7 @@ def bench_program(study, family, program, trial, args) -> dict:
     part = {k: v[take] for k, v in table.items()}
     part["__config__"] = jnp.arange(per_call)
     seeds = jnp.asarray([study.seed(0, 0, r) for r in range(study.reps)])
-    build = S._builder(family, program.static)
+    build = runner._builder(family, program.static)
     params = study.init(study.init_seed)
     constants = jax.tree_util.tree_map(jnp.asarray, dict(program.constants))
     grid = sweep_program(build, tuple(program.grid), int(program.rounds), study.evaluate, True)
@@ -96,7 +98,8 @@ def bench_program(study, family, program, trial, args) -> dict:
     compile_s = time.perf_counter() - t0
     # One run alone keeps its silos under one vmap: running its participants one at a time, as the grid's Local
     # SGD program does for its vmapped configs (`clients_per_pass`), made single runs slower (one-off timings)
-    single = single_run_program(S._builder(family, tuple(kv for kv in program.static if kv[0] != "clients_per_pass")),
+    single = single_run_program(runner._builder(family,
+                                                tuple(kv for kv in program.static if kv[0] != "clients_per_pass")),
                                 int(program.rounds))
     hp0 = {k: v[0] for k, v in part.items() if k != "__config__"}
     t0 = time.perf_counter()
@@ -146,7 +149,7 @@ def main():
     trial = study.data(study, 0)
     data_s = time.perf_counter() - t0
     print(f"load average {load_start:.2f}; data {data_s:.1f} s", flush=True)
-    programs = [(panel, family, program) for panel in study.panels for family in N.FAMILIES
+    programs = [(panel, family, program) for panel in study.panels for family in NG.FAMILIES
                 for program in family.programs(study, panel, trial)]
     rows = []
 
@@ -177,7 +180,7 @@ def main():
                      "epsilons": list(study["epsilons"]), "clips": list(study["clips"]),
                      "phase_lengths": {str(r): list(q) for r, q in study["phase_lengths"]},
                      "runs": sum(r["runs"] for r in timed),
-                     "configs_per_batch": {f.name: study.batch_for(f.name) for f in N.FAMILIES},
+                     "configs_per_batch": {f.name: study.batch_for(f.name) for f in NG.FAMILIES},
                      "form": "QUICK (tiny settings)" if args.quick else FORMS[args.study]},
             "rows": timed,
             "notes": [

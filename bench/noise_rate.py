@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
+from jaxfl.studies.provenance import best_seconds, machine as processor, source_revision, write_benchmark
 from jaxfl.privacy.normal import normal_from_bits, standard_normal
 
 IMPLS = ("threefry2x32", "philox4x32", "rbg", "unsafe_rbg")

@@ -40,7 +40,8 @@ def worker(method: str, core: int | None, repeats: int) -> None:
     import local_training
 
     from jaxfl.data.federated import FederatedData
-    from jaxfl.experiments import dprec_data
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: its paper homes
+    from papers.dprec import data as dprec_data
     from jaxfl.models import nets
 
     data = dprec_data.mnist_clients().train
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
+    from jaxfl.studies.provenance import machine as processor, source_revision, write_benchmark
 
     source_revision()   # the checkout as it is now: write_benchmark records it at the end
 

@@ -40,11 +40,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.compression import rec
-from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
+from jaxfl.studies.provenance import best_seconds, machine as processor, source_revision, write_benchmark
 from jaxfl.privacy import normal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # the sibling benchmark, under `jaxfl bench` too
-from noise_rate import primitive_normal_pairs  # noqa: E402
+from noise_rate import primitive_normal_pairs
 
 SIGMA = 0.005
 LENET5_TENSORS = (800, 32, 51200, 64, 524288, 512, 5120, 10)  # MnistLeNet5's leaves, 582,026 parameters

@@ -36,7 +36,7 @@ from jaxfl.algorithms import minibatch_sgd
 from jaxfl.data.federated import FederatedData
 from jaxfl.engine import run_rounds
 from jaxfl.models import logistic_loss
-from jaxfl.experiments.report import machine as processor, source_revision, write_benchmark
+from jaxfl.studies.provenance import machine as processor, source_revision, write_benchmark
 
 RECORDS, BATCH = 64, 16
 SILOS = (8, 32, 128, 512, 2048, 4096)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfl.experiments.report import best_seconds, machine as processor, source_revision, write_benchmark
+from jaxfl.studies.provenance import best_seconds, machine as processor, source_revision, write_benchmark
 from jaxfl.privacy.noise import noisy_clipped_mean, unit_noise_like
 from jaxfl.privacy.secure import LatticeGaussian, discrete_gaussian_table
 

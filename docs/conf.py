@@ -2,10 +2,12 @@
 
 Build: ``python -m sphinx -W --keep-going -b html docs docs/_build/html`` (what ``tests/test_docs_site.py``
 runs). Before reading the sources it copies ``notebooks/*.ipynb`` into ``docs/notebooks/`` (executed by MyST-NB
-at their small settings) and writes the benchmark table from ``bench/results/*.json`` into
-``docs/_generated/benchmarks.md``; both folders are git-ignored.
+at their small settings), each paper home's ``papers/<home>/README.md`` into ``docs/papers/<home>.md`` (its links
+made relative to the docs), and writes the benchmark table from ``bench/results/*.json`` into
+``docs/_generated/benchmarks.md``; all of these are git-ignored.
 """
 import importlib.util
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -57,6 +59,21 @@ def _copy_notebooks() -> None:
         shutil.copy2(notebook, target / notebook.name)
 
 
+PAPER_PAGES = {"lowy_convex": "lowy-convex", "lowy_nonconvex": "lowy-nonconvex", "huang_jdp": "huang-jdp",
+               "vandijk_async": "vandijk-async", "dprec": "dprec"}
+
+
+def _copy_paper_readmes() -> None:
+    """``papers/<home>/README.md`` -> ``docs/papers/<page>.md``: links into the docs (``../../docs/X``) become
+    ``../X``, and the home's own files (``results/...``) are reached from the docs folder."""
+    for home, page in PAPER_PAGES.items():
+        text = (REPO / "papers" / home / "README.md").read_text()
+        text = text.replace("](../../docs/", "](../").replace("](results/", f"](../../papers/{home}/results/")
+        # a link to one of the home's files (not a page of the docs) is named, not linked
+        text = re.sub(r"(?<!!)\[([^]]*)\]\((\.\./\.\./papers/[^)]*)\)", lambda m: f"`{m.group(2)[6:]}`", text)
+        (DOCS / "papers" / f"{page}.md").write_text(text)
+
+
 def _write_benchmark_table() -> None:
     spec = importlib.util.spec_from_file_location("bench_summary", REPO / "bench" / "summary.py")
     summary = importlib.util.module_from_spec(spec)
@@ -68,3 +85,4 @@ def _write_benchmark_table() -> None:
 
 _copy_notebooks()
 _write_benchmark_table()
+_copy_paper_readmes()

@@ -3,7 +3,7 @@
 Subpackages: :mod:`jaxfl.data` (silo-major datasets, loaders, partitioners), :mod:`jaxfl.privacy`
 (keys, clipping, noise, optax transforms), :mod:`jaxfl.accounting` (accountants, ledgers, closed
 forms), :mod:`jaxfl.engine` (algorithm protocol, rounds, driver, sweeps, sharding),
-:mod:`jaxfl.algorithms`, :mod:`jaxfl.models`, :mod:`jaxfl.experiments`.
+:mod:`jaxfl.algorithms`, :mod:`jaxfl.models`, :mod:`jaxfl.studies` (privacy-utility studies: spec, runner, reports).
 """
 from importlib.metadata import PackageNotFoundError, version
 

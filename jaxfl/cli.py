@@ -23,17 +23,17 @@ def _optional_positive_int(flag: str, value):
 
 
 def _cmd_demo(args) -> int:
-    from jaxfl.experiments import demo
+    from jaxfl.studies import demo
 
     demo.main(quick=args.quick, seeds=_optional_positive_int("--seeds", args.seeds))
     return 0
 
 
 def _cmd_list(args) -> int:
-    from jaxfl.experiments import registry
+    from jaxfl.studies import registry
 
     print("experiments (jaxfl reproduce NAME [--quick] [--variant V] [--out DIR]):")
-    for name, exp in sorted(registry.experiments().items()):
+    for name, exp in sorted(registry.experiments(args.papers).items()):
         variants = sorted(getattr(exp.study, "variants", {}) or {})
         print(f"  {name:28s} {exp.description}" + (f" [variants: {', '.join(variants)}]" if variants else ""))
     print("benchmarks (jaxfl bench NAME):")
@@ -46,8 +46,8 @@ CLAIMS = ".claims"   # under --out: the work units the workers of a --workers ru
 
 
 def _worker_share(text: str, out: Path):
-    """``--worker I/N`` (1-based I) -> :class:`jaxfl.experiments.study.Share` claiming units under ``out``."""
-    from jaxfl.experiments.study import Share
+    """``--worker I/N`` (1-based I) -> :class:`jaxfl.studies.runner.Share` claiming units under ``out``."""
+    from jaxfl.studies.runner import Share
 
     index, _, count = text.partition("/")
     if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
@@ -67,6 +67,7 @@ def _run_workers(args, out: Path, workers: int) -> None:
     work units under ``out/.claims``, cleared before they start and after they end."""
     shutil.rmtree(out / CLAIMS, ignore_errors=True)   # a killed earlier run's claims: its work is stored or redone
     argv = [sys.executable, "-m", "jaxfl", "reproduce", args.name, "--out", str(out)]
+    argv += ["--papers", str(args.papers)] if args.papers else []
     argv += ["--quick"] * bool(args.quick) + (["--variant", args.variant] if args.variant else [])
     for label in args.panel or ():
         argv += ["--panel", label]
@@ -97,15 +98,15 @@ def _cmd_reproduce(args) -> int:
     if args.pin is not None:
         _pin(args.pin)
     from jaxfl import checks
-    from jaxfl.experiments import registry
+    from jaxfl.studies import registry
 
-    experiment = registry.get_experiment(args.name)
+    experiment = registry.get_experiment(args.name, args.papers)
     workers = checks.positive_int("--workers", args.workers)
     options = {"segment_rounds": _optional_positive_int("--segment-rounds", args.segment_rounds),
                "configs_per_batch": _optional_positive_int("--configs-per-batch", args.configs_per_batch)}
-    # Full runs land in results/ (committed: the tables of docs/papers/ are generated from them), quick ones in runs/.
-    default = (Path("runs/quick") if args.quick else Path("results")) / args.name
-    out = Path(args.out) if args.out else default / (args.variant or "")
+    # Full runs land in the paper home's results/ (committed: its README's tables are generated from them), quick
+    # ones in runs/quick/.
+    out = Path(args.out) if args.out else experiment.default_out(args.quick, args.variant)
     share = None if args.worker is None else _worker_share(args.worker, out)
     registry.check_keeps_results(experiment.study.form_of(args.quick, args.variant, args.panel), out)
     if share is not None:
@@ -123,13 +124,13 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_tables(args) -> int:
-    from jaxfl.experiments import tables
+    from jaxfl.studies import tables
 
-    return tables.main(check=args.check, docs=Path(args.docs) if args.docs else None)
+    return tables.main(check=args.check, docs=Path(args.docs) if args.docs else None, papers=args.papers)
 
 
 def _cmd_compare_parts(args) -> int:
-    from jaxfl.experiments.study import compare_parts
+    from jaxfl.studies.runner import compare_parts
 
     c = compare_parts(args.a, args.b, args.metric)
     def listed(values):
@@ -177,14 +178,18 @@ def _cmd_audit(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from jaxfl.experiments import registry
-    from jaxfl.experiments.report import source_revision
+    from jaxfl.studies import registry
+    from jaxfl.studies.provenance import source_revision
 
     script = registry.benchmark_script(args.name)
     source_revision()  # the commit checked out now is the code timed, whatever is committed before the JSON is written
     sys.argv = [str(script), *args.bench_args]
     runpy.run_path(str(script), run_name="__main__")
     return 0
+
+
+PAPERS_HELP = ("the folder of paper homes whose studies to load (default: $JAXFL_PAPERS, or the papers/ folder at or "
+               "above the working directory, as in a clone of the repository)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     lst = sub.add_parser("list", help="registered experiments and benchmarks")
+    lst.add_argument("--papers", default=None, help=PAPERS_HELP)
     lst.set_defaults(func=_cmd_list)
 
     account_cli.add_account_parser(sub)
@@ -218,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="run a registered experiment and write its results")
     rep.add_argument("name")
     rep.add_argument("--quick", action="store_true", help="the small CI-sized form")
-    rep.add_argument("--out", default=None, help="output directory (default results/NAME[/VARIANT]; quick forms: "
-                                                  "runs/quick/NAME[/VARIANT])")
+    rep.add_argument("--out", default=None, help="output directory (default: the paper home's results/STUDY[/VARIANT];"
+                                                  " quick forms: runs/quick/NAME[/VARIANT])")
+    rep.add_argument("--papers", default=None, help=PAPERS_HELP)
     rep.add_argument("--variant", default=None, help="a named variant of the study (e.g. authors-scripts)")
     rep.add_argument("--panel", action="append", default=None, metavar="LABEL",
                      help="run only this panel (repeatable; e.g. --panel 'n = 4'): a partial run, marked so in its "
@@ -239,9 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--pin", type=int, default=None, help=argparse.SUPPRESS)  # a worker's core (internal)
     rep.set_defaults(func=_cmd_reproduce)
 
-    tab = sub.add_parser("tables", help="regenerate the tables of docs/papers/*.md from results/")
-    tab.add_argument("--check", action="store_true", help="only check that the docs match results/ (exit 1 if not)")
-    tab.add_argument("--docs", default=None, help="the markdown file (default: README.md and docs/papers/*.md)")
+    tab = sub.add_parser("tables", help="regenerate the results tables of README.md and papers/*/README.md")
+    tab.add_argument("--check", action="store_true", help="only check that the documents match the results (exit 1 "
+                                                          "if not)")
+    tab.add_argument("--docs", default=None, help="the markdown file (default: README.md and papers/*/README.md)")
+    tab.add_argument("--papers", default=None, help=PAPERS_HELP)
     tab.set_defaults(func=_cmd_tables)
 
     cmp = sub.add_parser("compare-parts", help="compare the stored parts of one study run in two results directories "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The studies too large for a 2-core CPU (seed 001 at n >= 64 owners: 36 h per dataset there, minutes on one
 # GPU; seed 002's CIFAR-10 grid; DP-REC's 1,000 rounds), run on a GPU machine that was sent a copy of this tree,
-# in priority order, until a deadline. Used on a lent H200 for results/huang-jdp/table1-{mnist,fashion-mnist}/gpu
+# in priority order, until a deadline. Used on a lent H200 for papers/huang_jdp/results/table1-{mnist,fashion-mnist}/gpu
 # (jobs t1m, t1f) and their dp-tuned variants (t1mt; t1ft up to n = 256, with 24 of n = 512's 25 parts stored),
 # and on a second one for Figure 1's dp-tuned n = 512 (f1t), Table 4's dp-tuned n = 256 half (t4t) and 22 of
 # Table 2's 40 parts (t2), and on a third for 6 of the 54 parts of seed 002's CIFAR-10 grid (c10, at the study's 4
@@ -48,9 +48,9 @@ study() {  # TAG NAME OUT VARIANT PANEL...
 }
 
 big=("n = 64" "n = 128" "n = 256" "n = 512")
-R=results/huang-jdp
+R=papers/huang_jdp/results
 # Issue 15's CIFAR-10 grid first (the one full form not run anywhere yet: ~1.7 h of H200 time at 4 configurations per
-# call, an estimate; docs/papers/huang-jdp.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256,
+# call, an estimate; papers/huang_jdp/README.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256,
 # where its eps-1 rows should sit at chance as Table 1's DP rows do). DP-REC's 1,000 rounds (rec) ran in full on the
 # CPU; on a GPU only on request.
 for job in ${JOBS:-c10 t1ft t2}; do
@@ -64,8 +64,8 @@ for job in ${JOBS:-c10 t1ft t2}; do
     f1t) study f1t huang-jdp/figure1 $R/figure1/gpu/dp-tuned dp-tuned "n = 512" ;;  # n <= 256: CPU
     t4t) study t4t huang-jdp/table4 $R/table4/gpu/dp-tuned dp-tuned "n = 256, m/r = 1" "n = 256, m/r = 2" \
            "n = 256, m/r = 5" "n = 256, m/r = 10" "n = 256, m/r = 20" ;;
-    c10) study c10 lowy-nonconvex/cifar10 results/lowy-nonconvex/cifar10/gpu "" ;;   # issue 15: the full grid
-    rec) study rec dprec/mnist results/dprec/mnist/gpu "" ;;                        # issue 15: 1,000 rounds
+    c10) study c10 lowy-nonconvex/cifar10 papers/lowy_nonconvex/results/cifar10/gpu "" ;;   # issue 15: the full grid
+    rec) study rec dprec/mnist papers/dprec/results/mnist/gpu "" ;;                        # issue 15: 1,000 rounds
     *) echo "unknown job $job"; exit 2 ;;
   esac
 done

@@ -24,7 +24,7 @@ def _use_compilation_cache() -> None:
     folder is used as configured)."""
     if os.environ.get(COMPILATION_CACHE_ENV, "1") == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return
-    from jaxfl.experiments.report import cpu_flags
+    from jaxfl.studies.provenance import cpu_flags
 
     machine = f"{platform.machine()} {cpu_flags()} jax {jax.__version__}"
     folder = Path(__file__).resolve().parents[1] / ".pytest_cache" / (
@@ -58,8 +58,8 @@ def _use_fast_compilation() -> None:
 _use_fast_compilation()   # before the CPU backend starts (it reads XLA_FLAGS once)
 _use_compilation_cache()  # before anything compiles (the cache is set up at the first compilation)
 
-from _helpers import make_silos  # noqa: E402
-from jaxfl.data.federated import from_silos  # noqa: E402
+from _helpers import make_silos
+from jaxfl.data.federated import from_silos
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,10 +3,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from jaxfl.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(*args):
@@ -97,7 +100,7 @@ def test_benchmark_records_name_the_code_that_ran_them(tmp_path):
     import subprocess
     from pathlib import Path
 
-    from jaxfl.experiments.report import write_benchmark
+    from jaxfl.studies.provenance import write_benchmark
 
     root = Path(__file__).resolve().parents[1]
     if not (root / ".git").exists():
@@ -115,7 +118,7 @@ def test_interleaved_timer_warms_up_each_side_then_alternates_them_and_keeps_eac
     turn; the result is each side's shortest call (a fake clock, so no timing enters the test)."""
     import time
 
-    from jaxfl.experiments.report import interleaved_best_seconds
+    from jaxfl.studies.provenance import interleaved_best_seconds
 
     clock = iter(range(0, 1000, 1))
     monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
@@ -138,44 +141,49 @@ def test_interleaved_timer_warms_up_each_side_then_alternates_them_and_keeps_eac
 def test_the_machine_a_part_ran_on_names_its_vector_extensions(monkeypatch):
     """Parts and results.json record the vector extensions XLA:CPU compiled for (two machines that differ there
     round floats differently): the SIMD flags of lscpu's list, sorted, and nothing else."""
-    from jaxfl.experiments import report
-    from jaxfl.experiments.study import _machine_label
+    from jaxfl.studies import provenance
+    from jaxfl.studies.runner import _machine_label
 
-    monkeypatch.setattr(report, "cpu_flags", lambda: "fpu sse2 sse4_2 fma avx2 avx512f avx512_vnni amx_tile avx rdrand")
-    assert report.cpu_vector_extensions() == "amx_tile avx avx2 avx512_vnni avx512f fma sse4_2"
-    assert _machine_label({"machine": report.machine()}) == f"{report.cpu_model()}: " + report.cpu_vector_extensions()
-    monkeypatch.setattr(report, "cpu_flags", lambda: "")   # no lscpu
-    assert report.cpu_vector_extensions() == "" and report.environment()["cpu_vector_extensions"] == ""
-    assert _machine_label({"machine": report.machine()}).endswith(": none listed")
+    monkeypatch.setattr(provenance, "cpu_flags",
+                        lambda: "fpu sse2 sse4_2 fma avx2 avx512f avx512_vnni amx_tile avx rdrand")
+    assert provenance.cpu_vector_extensions() == "amx_tile avx avx2 avx512_vnni avx512f fma sse4_2"
+    assert (_machine_label({"machine": provenance.machine()})
+            == f"{provenance.cpu_model()}: " + provenance.cpu_vector_extensions())
+    monkeypatch.setattr(provenance, "cpu_flags", lambda: "")   # no lscpu
+    assert provenance.cpu_vector_extensions() == "" and provenance.environment()["cpu_vector_extensions"] == ""
+    assert _machine_label({"machine": provenance.machine()}).endswith(": none listed")
     assert _machine_label({}) == "unrecorded"
 
 
 def test_the_machine_of_a_part_run_on_an_accelerator_names_it_before_its_host(monkeypatch):
     """On a GPU or TPU backend the record names the accelerator (count and kind) beside the host processor, so a
     part a lent GPU ran is not labelled with its host CPU alone; on the CPU backend there is no such field."""
+    from jaxfl.studies import provenance
     from types import SimpleNamespace
 
     import jax
 
-    from jaxfl.experiments import report
-    from jaxfl.experiments.study import _machine_label
+    
+    from jaxfl.studies.runner import _machine_label
 
-    assert "accelerator" not in report.machine()
-    monkeypatch.setattr(report, "cpu_flags", lambda: "avx2 fma")
+    assert "accelerator" not in provenance.machine()
+    monkeypatch.setattr(provenance, "cpu_flags", lambda: "avx2 fma")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(jax, "device_count", lambda: 2)
     monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(device_kind="NVIDIA H200")] * 2)
-    assert report.machine()["accelerator"] == "2 x NVIDIA H200"
-    assert _machine_label({"machine": report.machine()}) == f"2 x NVIDIA H200, host {report.cpu_model()}: avx2 fma"
+    assert provenance.machine()["accelerator"] == "2 x NVIDIA H200"
+    machine = provenance.machine()
+    assert _machine_label({"machine": machine}) == f"2 x NVIDIA H200, host {provenance.cpu_model()}: avx2 fma"
 
 
 def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(monkeypatch):
     """A launcher that ships a tree to another machine names its commit ($JAXFL_SOURCE_COMMIT): recorded as
     declared, before git is asked (a copied tree may sit beside a .git not its own); where neither answers, None."""
+    from jaxfl.studies import provenance
     import subprocess
 
-    from jaxfl.experiments import report
-    from jaxfl.experiments.study import _source_label
+    
+    from jaxfl.studies.runner import _source_label
 
     asked = []
 
@@ -184,41 +192,41 @@ def test_a_declared_commit_is_recorded_instead_of_git_and_none_without_either(mo
         raise OSError("git: not found")
 
     monkeypatch.setattr(subprocess, "run", no_git)
-    report.source_revision.cache_clear()
+    provenance.source_revision.cache_clear()
     try:
-        monkeypatch.delenv(report.SOURCE_ENV, raising=False)
-        assert report.source_revision() is None and _source_label(None) == "unrecorded" and asked
-        report.source_revision.cache_clear()
+        monkeypatch.delenv(provenance.SOURCE_ENV, raising=False)
+        assert provenance.source_revision() is None and _source_label(None) == "unrecorded" and asked
+        provenance.source_revision.cache_clear()
         asked.clear()
-        monkeypatch.setenv(report.SOURCE_ENV, "0123456789abcdef0123")
-        source = report.source_revision()
+        monkeypatch.setenv(provenance.SOURCE_ENV, "0123456789abcdef0123")
+        source = provenance.source_revision()
         assert source == {"commit": "0123456789abcdef0123", "modified": False, "declared": True} and not asked
         assert _source_label(source) == "0123456789ab (declared)"
     finally:
-        report.source_revision.cache_clear()
+        provenance.source_revision.cache_clear()
 
 
 @pytest.mark.slow
 def test_a_run_records_the_code_checked_out_when_it_started(tmp_path, monkeypatch):
     """A commit made while a study runs does not relabel it: the parts and results.json name the commit of
     the start (stood in for by $JAXFL_SOURCE_COMMIT, changed after the run began)."""
-    from jaxfl.experiments import report, study
+    from jaxfl.studies import provenance, runner
 
-    original = study._stored_sweep
+    original = runner._stored_sweep
 
     def commit_meanwhile(*args, **kwargs):
-        monkeypatch.setenv(report.SOURCE_ENV, "after")
+        monkeypatch.setenv(provenance.SOURCE_ENV, "after")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(study, "_stored_sweep", commit_meanwhile)
-    monkeypatch.setenv(report.SOURCE_ENV, "before")
-    report.source_revision.cache_clear()
+    monkeypatch.setattr(runner, "_stored_sweep", commit_meanwhile)
+    monkeypatch.setenv(provenance.SOURCE_ENV, "before")
+    provenance.source_revision.cache_clear()
     try:
         assert main(["reproduce", "demo", "--quick", "--out", str(tmp_path)]) == 0
     finally:
-        report.source_revision.cache_clear()
+        provenance.source_revision.cache_clear()
     doc = json.loads((tmp_path / "results.json").read_text())
-    assert os.environ[report.SOURCE_ENV] == "after"  # the stand-in commit did happen during the run
+    assert os.environ[provenance.SOURCE_ENV] == "after"  # the stand-in commit did happen during the run
     assert doc["source"]["commit"] == "before" and doc["config"]["parts_sources"] == ["before (declared)"]
 
 
@@ -263,7 +271,7 @@ def test_reproduce_rejects_a_bad_worker_count(capsys):
 
 
 def test_worker_shares_claim_each_unit_once(tmp_path):
-    from jaxfl.experiments.study import Share
+    from jaxfl.studies.runner import Share
 
     a, b = Share(0, 2, claims=tmp_path), Share(1, 2, claims=tmp_path)
     taken = [(a.take(), b.take()) for _ in range(5)] + [(False, b.take()) for _ in range(2)]
@@ -273,7 +281,7 @@ def test_worker_shares_claim_each_unit_once(tmp_path):
 
 
 def _store_parts(folder, parts: dict):
-    """Writes ``{name: test accuracies [configs, seeds]}`` as stored parts (the pickles study.run keeps)."""
+    """Writes ``{name: test accuracies [configs, seeds]}`` as stored parts (the pickles runner.run keeps)."""
     import pickle
 
     import numpy as np
@@ -329,3 +337,29 @@ def test_audit_bad_input_is_one_line_exit_2(args, needle, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+def test_outside_a_clone_reproduce_says_where_the_paper_homes_come_from(tmp_path):
+    """The papers' studies live in the repository's papers/, not in the installed library: from elsewhere a paper's
+    study is one line naming the fix (a clone, --papers or $JAXFL_PAPERS), the library's own demo still listed."""
+    env = {k: v for k, v in os.environ.items() if k != "JAXFL_PAPERS"}
+    run = lambda *argv: subprocess.run([sys.executable, "-m", "jaxfl", *argv], cwd=tmp_path, env=env,
+                                       capture_output=True, text=True)
+    failed = run("reproduce", "lowy-convex/mnist", "--quick")
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+    assert "no papers/ folder found" in failed.stderr and "--papers" in failed.stderr
+    listed = run("list", "--papers", str(REPO / "papers"))
+    assert listed.returncode == 0 and "lowy-convex/mnist" in listed.stdout and "demo" in listed.stdout
+
+
+def test_a_paper_homes_full_runs_default_to_its_results_and_quick_ones_to_runs(tmp_path, monkeypatch):
+    from jaxfl.studies import registry
+
+    experiment = registry.get_experiment("lowy-convex/insurance", REPO / "papers")
+    assert experiment.home == REPO / "papers" / "lowy_convex"
+    assert experiment.default_out(False) == REPO / "papers" / "lowy_convex" / "results" / "insurance"
+    assert experiment.default_out(False, "authors-scripts") == experiment.home / "results/insurance/authors-scripts"
+    assert experiment.default_out(True) == Path("runs/quick/lowy-convex/insurance")
+    assert registry.get_experiment("demo").default_out(False) == Path("results/demo")
+    with pytest.raises(ValueError, match="not a folder of paper homes"):
+        registry.find_papers(tmp_path)

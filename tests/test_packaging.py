@@ -17,6 +17,19 @@ def test_import_jaxfl_loads_no_optional_dependency():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_library_never_imports_the_paper_homes():
+    """``papers/`` sits beside the library (and outside the wheel: ``packages.find`` includes ``jaxfl*`` only);
+    ``jaxfl`` finds the homes from a clone at run time (``jaxfl.studies.registry``) and never imports them itself."""
+    offenders = [str(path.relative_to(REPO)) for path in sorted((REPO / "jaxfl").rglob("*.py"))
+                 if any(line.lstrip().startswith(("import papers", "from papers"))
+                        for line in path.read_text().splitlines())]
+    assert offenders == []
+    assert 'include = ["jaxfl*"]' in (REPO / "pyproject.toml").read_text()
+    code = "import sys, jaxfl, jaxfl.studies; print(sorted(m for m in sys.modules if m.split('.')[0] == 'papers'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_version_is_the_changelogs():
     import jaxfl
 
