@@ -1,4 +1,4 @@
-"""Seed 003's asynchronous protocol with thousands of simulated clients: jaxfl's compiled slices against NumPy.
+"""van Dijk et al.'s asynchronous protocol with thousands of simulated clients: jaxfl's compiled slices against NumPy.
 
 One run of :func:`jaxfl.algorithms.async_sgd` (logistic regression, d = 123 as a9a, 64 synthetic records per
 client, 10 rounds of 8 single-record steps per client, clipping 1 and noise 1 per round; client speeds

@@ -2,7 +2,7 @@
 
 One DP-SGD step = per-example gradients clipped to global L2 norm ``C = 1``, summed, Gaussian noise of
 standard deviation ``noise_multiplier * C = 1`` added, divided by the batch size and applied as a plain
-SGD update. Samples per second of that step, for three models (seed 002's ``MnistMLP`` on 50 features,
+SGD update. Samples per second of that step, for three models (Lowy et al.'s ``MnistMLP`` on 50 features,
 ``CifarCNN`` on 32x32x3, DP-REC's ``MnistLeNet5`` on 28x28x1) at batch 64, 256 and 1024:
 
 - ``opacus hooks``: ``PrivacyEngine().make_private(..., grad_sample_mode="hooks")`` (Opacus' standard

@@ -1,4 +1,4 @@
-"""jaxfl's compiled rounds against vectorized NumPy at seed 000's MNIST shape.
+"""jaxfl's compiled rounds against vectorized NumPy at Lowy & Razaviyayn's MNIST shape.
 
 Shape: 25 silos x 1238 records x 50 features (MNIST, PCA-50, (even, odd) digit-pair silos),
 minibatch 443 drawn with replacement per silo, per-example clipping + Gaussian noise, 35 rounds,
@@ -9,7 +9,7 @@ minibatch (one flat ``take`` of every silo's draws per round), the logistic grad
 ``j``'s gradient ``a_j x_j``, its norm ``|a_j| ||x_j||`` from row norms computed once), one product per round
 for the clipped means, looping only over rounds. Two weaker baselines are extra rows, named as such: the same
 vectorization with fancy indexing and the per-example gradients materialised (this benchmark's headline
-until 2026-11-27, 3-4x slower than the one above), and the silo loop of seed 000's authors' scripts
+until 2026-11-27, 3-4x slower than the one above), and the silo loop of Lowy & Razaviyayn's authors' scripts
 (vectorized within each minibatch). Beside the times, the run's arithmetic (flops and bytes
 touched) is printed with what it would cost at this machine's measured float32 GEMM rate and memory
 bandwidth: a floor no implementation reaches, to show how far each side is from it.
@@ -44,7 +44,7 @@ STEP_SIZE = 0.5
 
 
 def mnist_silos(seed: int = 0):
-    """Seed 000's MNIST silos: PCA-50 of [0,1] pixels, 774 images per digit, 25 digit-pair silos,
+    """Lowy & Razaviyayn's MNIST silos: PCA-50 of [0,1] pixels, 774 images per digit, 25 digit-pair silos,
     80/20 split -> 1238 training records per silo; label 1 for even digits."""
     x, y = load_mnist("train")
     x = x.reshape(len(x), -1).astype(np.float32) / 255.0
@@ -55,7 +55,7 @@ def mnist_silos(seed: int = 0):
 
 
 def loss(params, x, y):
-    """Seed 000's logistic loss: no bias, logit clipped to [-15, 15]."""
+    """Lowy & Razaviyayn's logistic loss: no bias, logit clipped to [-15, 15]."""
     return optax.sigmoid_binary_cross_entropy(jnp.clip(x @ params["w"], -15.0, 15.0), y.astype(jnp.float32))
 
 
@@ -192,8 +192,8 @@ def main():
     n = RECORDS
     delta = 1.0 / n**2
     clip = float(np.max(np.linalg.norm(x_host, axis=-1)))  # logistic gradients have norm <= ||x||
-    lipschitz = 2 * clip  # seed 000's L = 2 max ||x||
-    # Seed 000's experimental noise on each silo's mean gradient, and jaxfl's multiplier for it.
+    lipschitz = 2 * clip  # Lowy & Razaviyayn's L = 2 max ||x||
+    # Lowy & Razaviyayn's experimental noise on each silo's mean gradient, and jaxfl's multiplier for it.
     sigma = sgd_noise.sigma_experiment_mbsgd(lipschitz, n, ROUNDS, EPSILON, delta)
     noise_multiplier = sgd_noise.noise_multiplier_from_sigma(sigma, clip, BATCH)
 

@@ -1,4 +1,4 @@
-"""Seed 001's joint-DP round: the shared part's noisy gradient and the private head's plain one in one forward pass.
+"""Huang et al.'s joint-DP round: the shared part's noisy gradient and the private head's plain one in one forward pass.
 
 A joint-DP local step (``personalized(noise_on="shared")``, ``fc1`` private) needs, at the silo's current
 parameters, the clipped and noised gradient of the shared part (convolutions and ``fc2``) and the plain gradient

@@ -13,7 +13,7 @@ Side by side in this process, each program jitted and timed after a warm-up (bes
   step count and convolutions are not grouped).
 
 - ``vs_pytorch``: the baseline outside jaxfl, PyTorch on the same CPU. Plain SGD steps (forward, backward,
-  update; mean cross-entropy, learning rate 0.01) of the same LeNet-5 and of seed 002's CIFAR CNN
+  update; mean cross-entropy, learning rate 0.01) of the same LeNet-5 and of Lowy et al.'s CIFAR CNN
   (``nets.CifarCNN``), mirrored layer by layer in torch (VALID convolutions, ReLU, 2x2 max pooling, NCHW
   input converted once outside the timing, JAX's initial weights copied in), at batch 20 and 64: JAX runs
   the 43 steps in one jitted ``lax.scan`` (jaxfl's convolution; each step's gradient by

@@ -1,4 +1,4 @@
-"""Seed 000's whole MNIST grid as jaxfl's vmapped programs, beside the same grid in NumPy (three baselines).
+"""Lowy & Razaviyayn's whole MNIST grid as jaxfl's vmapped programs, beside the same grid in NumPy (three baselines).
 
 The grid (Fig. 4, the M = 25 panel; App. I): N = 25 digit-pair silos of n = 1238 records, d = 50
 (PCA), R = 35 rounds, K = 443 (MB-SGD minibatch / Local SGD local steps), all 25 silos per round;

@@ -1,4 +1,4 @@
-"""Seed 002's whole MNIST (or CIFAR-10) grid as jaxfl's vmapped programs, against the same runs one at a time.
+"""Lowy et al.'s whole MNIST (or CIFAR-10) grid as jaxfl's vmapped programs, against the same runs one at a time.
 
 The grid (§6.1; ``jaxfl reproduce lowy-nonconvex/mnist``): N = 25 digit-pair silos of n = 1238 records,
 PCA-50 features, MLP 50-64-1; (M, R) in {12, 25} x {25, 50}; K = 606 (R = 25) / 428 (R = 50); per

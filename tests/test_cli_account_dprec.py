@@ -1,4 +1,4 @@
-"""`jaxfl account --accountant dprec` (seed 004, Alg. 7) through the top-level entry point."""
+"""`jaxfl account --accountant dprec` (Triastcyn et al., Alg. 7) through the top-level entry point."""
 import json
 import subprocess
 import sys

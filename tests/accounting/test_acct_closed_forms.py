@@ -1,4 +1,4 @@
-"""The papers' closed forms (seed 000 digest §2.3)."""
+"""The papers' closed forms (Lowy & Razaviyayn digest §2.3)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""DP-REC's accountant (seed 004, Theorem 1 / Alg. 7) against the digest's oracle numbers (§4.6) and an
+"""DP-REC's accountant (Triastcyn et al., Theorem 1 / Alg. 7) against the digest's oracle numbers (§4.6) and an
 independent evaluation of the paper's eq. 62."""
 import math
 

@@ -12,7 +12,7 @@ from jaxfl.accounting.group import (group_privacy, grouped_gaussian, record_leve
 
 @pytest.mark.parametrize("eps,delta,k", [(1.0, 1e-5, 1), (0.5, 1e-6, 2), (0.05, 1e-4, 20)])
 def test_group_privacy_forms_and_their_inverses(eps, delta, k):
-    """"paper": Lemma 3.6 as printed, (k eps, k e^{k eps} delta), inverted as seed 001 §3.1.2's eps' = eps r / m,
+    """"paper": Lemma 3.6 as printed, (k eps, k e^{k eps} delta), inverted as Huang et al. §3.1.2's eps' = eps r / m,
     delta' = delta r / (m e^eps) (m / r = k); "chain": delta (e^{k eps} - 1) / (e^eps - 1), the identity at k = 1
     and below both k e^{(k-1) eps} delta (Dwork & Roth) and the paper's form."""
     ke, kd = group_privacy(eps, delta, k, bound="paper")

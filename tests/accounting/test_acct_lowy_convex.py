@@ -1,4 +1,4 @@
-"""Seed 000's noise formulas: each equals the digest's expression, and the theorem's sigma really
+"""Lowy & Razaviyayn's noise formulas: each equals the digest's expression, and the theorem's sigma really
 delivers its (epsilon, delta) through the proof's chain of closed forms."""
 import math
 
@@ -112,7 +112,7 @@ def test_accountant_refuses_what_its_calculus_cannot_prove():
 
 
 def test_paper_experiment_noise_is_not_certified_at_the_plotted_epsilon():
-    """Seed 000's experiments use sigma^2 = 8 L^2 ln(1/delta) R / (n^2 eps^2) with K = 443 (MNIST): the
+    """Lowy & Razaviyayn's experiments use sigma^2 = 8 L^2 ln(1/delta) R / (n^2 eps^2) with K = 443 (MNIST): the
     theorem's calculus certifies a far larger epsilon than the plotted one (documented in the digest)."""
     n, R, eps, L = 1238, 35, 1.5, 1.0
     delta = 1 / n**2

@@ -1,4 +1,4 @@
-"""Seed 002's noise formulas: each function equals the digest's expression, computed here from the formula
+"""Lowy et al.'s noise formulas: each function equals the digest's expression, computed here from the formula
 with independent numbers; the flagged typos (printed vs corrected) differ by the expected factors."""
 import math
 
@@ -210,7 +210,7 @@ def test_experiment_sigmas_use_ln_2_over_delta():
     diff, fresh = ln.sigma_alt_spider(5.0, n, 1.5, delta, 25)
     assert diff == pytest.approx(math.sqrt(32 * 25 * lg2 * 25 / (n**2 * 2.25)), rel=1e-12)
     assert fresh == pytest.approx(math.sqrt(8 * 25 * lg2 * 25 / (n**2 * 2.25)), rel=1e-12)
-    # seed 000's experiment sigma has ln(1/delta) instead: not the same function
+    # Lowy & Razaviyayn's experiment sigma has ln(1/delta) instead: not the same function
     assert sgd_noise.sigma_experiment_mbsgd(5.0, n, 25, 1.5, delta) < mb
 
 

@@ -1,4 +1,4 @@
-"""Seed 003's privacy analysis against the paper's printed numbers (App. D.3.2, Examples 1-5; digest §8.7)
+"""van Dijk et al.'s privacy analysis against the paper's printed numbers (App. D.3.2, Examples 1-5; digest §8.7)
 and its closed forms (Theorem 3.2's B, DP-Thm 3.1's schedule-free branch)."""
 import math
 

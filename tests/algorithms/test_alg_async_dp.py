@@ -1,4 +1,4 @@
-"""Seed 003's asynchronous protocol: the host timeline (deterministic, every message applied once, staleness
+"""van Dijk et al.'s asynchronous protocol: the host timeline (deterministic, every message applied once, staleness
 as configured) and the compiled run (equal to synchronous rounds where the protocol is synchronous, bitwise;
 the server sums; clients end on the last broadcast)."""
 import math

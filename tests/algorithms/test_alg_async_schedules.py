@@ -1,4 +1,4 @@
-"""Seed 003's sample-size and step-size schedules against their formulas (digest §5-6)."""
+"""van Dijk et al.'s sample-size and step-size schedules against their formulas (digest §5-6)."""
 import math
 
 import jax.numpy as jnp

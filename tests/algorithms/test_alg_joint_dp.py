@@ -1,4 +1,4 @@
-"""A_NSGD (seed 001 Alg. 1): the trajectory and iterate averages against a NumPy replay of the same draws,
+"""A_NSGD (Huang et al. Alg. 1): the trajectory and iterate averages against a NumPy replay of the same draws,
 noise on u only, the paper's calibration and the accountant's, and a statement only for separable losses;
 A_NSSGD (Alg. 2) against a replay of its owner-mean steps."""
 import math

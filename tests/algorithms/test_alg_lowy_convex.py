@@ -1,4 +1,4 @@
-"""Seed 000's algorithms: calibration formulas, Moreau smoothing, averaging, AC-SA, one-pass privacy."""
+"""Lowy & Razaviyayn's algorithms: calibration formulas, Moreau smoothing, averaging, AC-SA, one-pass privacy."""
 import math
 
 import jax

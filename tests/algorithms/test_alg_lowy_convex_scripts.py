@@ -1,4 +1,4 @@
-"""Seed 000, the authors' scripts' MB-SGD variant and sliding-window output averaging (digest §6.2-6.4).
+"""Lowy & Razaviyayn, the authors' scripts' MB-SGD variant and sliding-window output averaging (digest §6.2-6.4).
 
 Oracles are closed forms (gradient-descent recursions, Gaussian moments) or the paper's algorithm
 (``noisy_minibatch_sgd``) run on the same keys, never the variant's own output."""

@@ -1,4 +1,4 @@
-"""Seed 002's algorithms: estimators against exact gradients, the prox step, outputs and privacy statements."""
+"""Lowy et al.'s algorithms: estimators against exact gradients, the prox step, outputs and privacy statements."""
 import dp_accounting
 import jax
 import jax.numpy as jnp

@@ -203,7 +203,7 @@ ALL_PRIVATE = {"body": "private", "head": "private"}
 
 
 def test_everything_private_is_per_silo_training():
-    """Every leaf private (seed 001's per-silo regime): silo 0's model in a federation of four equals silo 0
+    """Every leaf private (Huang et al.'s per-silo regime): silo 0's model in a federation of four equals silo 0
     trained alone (same records, same padding, same keys) to float rounding (bitwise under JAX 0.10's XLA:CPU;
     JAX 0.12's rounds the two programs' shapes apart in the last bits), and the server's model never moves."""
     data = flipped_silos()

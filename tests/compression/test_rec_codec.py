@@ -1,5 +1,5 @@
 """The REC codec: fused logits vs the dense reference, exact decoding, the categorical law (chi-square),
-the importance-sampling bias bound (seed 004 eq. 4), tiling invariance, block independence, layouts."""
+the importance-sampling bias bound (Triastcyn et al. eq. 4), tiling invariance, block independence, layouts."""
 import jax
 import jax.numpy as jnp
 import numpy as np

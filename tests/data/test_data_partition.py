@@ -324,7 +324,7 @@ def test_nan_and_shape_mismatch_rejected():
 
 
 # ------------------------------------------------------------------------------------------------
-# class_limited (seed 001's owners)
+# class_limited (Huang et al.'s owners)
 
 
 @SETTINGS

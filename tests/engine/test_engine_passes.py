@@ -38,7 +38,7 @@ def test_processing_participants_in_passes_equals_running_every_silo(per_pass):
 
 @pytest.mark.parametrize("per_pass", [1, 2])
 def test_local_sgd_in_passes_equals_one_vmap_in_a_sweep(per_pass):
-    """Seed 002's MNIST grid runs Local SGD's participants one at a time inside the vmapped grid program
+    """Lowy et al.'s MNIST grid runs Local SGD's participants one at a time inside the vmapped grid program
     (configs x seeds, so the passes' loop runs under vmap): the same models and infos as one vmap over the
     participants, to float rounding."""
     data = from_silos(make_silos([30, 12, 25, 40, 33, 17], seed=2))

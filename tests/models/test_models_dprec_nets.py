@@ -1,4 +1,4 @@
-"""Seed 004's (DP-REC) CNNs in ``jaxfl.models.nets``: exact parameter and tensor counts, the block
+"""Triastcyn et al.'s (DP-REC) CNNs in ``jaxfl.models.nets``: exact parameter and tensor counts, the block
 list, output shapes, finite per-example losses and gradients, deterministic initialisation."""
 import jax
 import jax.numpy as jnp

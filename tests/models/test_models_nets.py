@@ -1,4 +1,4 @@
-"""Seed 002's flax models (``jaxfl.models.nets``): sizes, shapes, losses against closed forms,
+"""Lowy et al.'s flax models (``jaxfl.models.nets``): sizes, shapes, losses against closed forms,
 per-example gradients under ``vmap(grad)``, error rates and initialisation."""
 import math
 
@@ -193,7 +193,7 @@ def test_init_is_keyed():
 
 @pytest.mark.slow  # ~8 s: second tier
 def test_two_head_cnn_matches_the_papers_conv_counts_and_averages_its_heads():
-    """Seed 001's CNN: conv1 416 and conv2 12,832 parameters (Table 2), each head Linear(1568 -> 10) (the
+    """Huang et al.'s CNN: conv1 416 and conv2 12,832 parameters (Table 2), each head Linear(1568 -> 10) (the
     paper's 17,248 fits no such layer; digest §5.2); the output is the mean of the two heads' logits."""
     from jaxfl.models import TWO_HEAD_PARAMS, TwoHeadCNN, num_params
 

@@ -1,4 +1,4 @@
-"""Seed 004's (DP-REC) datasets (``papers.dprec.data``): the MNIST Dirichlet clients
+"""Triastcyn et al.'s (DP-REC) datasets (``papers.dprec.data``): the MNIST Dirichlet clients
 (Table 2 count statistics), the Fashion-MNIST stand-in for FEMNIST, and the LEAF FEMNIST reader."""
 import json
 

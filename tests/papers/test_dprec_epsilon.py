@@ -1,4 +1,4 @@
-"""`jaxfl reproduce dprec/epsilon-table` (seed 004 Table 1 privacy numbers) into a temporary directory."""
+"""`jaxfl reproduce dprec/epsilon-table` (Triastcyn et al. Table 1 privacy numbers) into a temporary directory."""
 import contextlib
 import io
 import json
@@ -9,7 +9,7 @@ from papers.dprec import epsilon_table as dprec_epsilon
 from jaxfl.studies.registry import experiments
 
 # (task, paper eps) -> (DP-REC eps to 3 dp or None for inf, optimal lambda, local eps 2 dp, DP-FedAvg eps 2 dp);
-# digest seed-004 §4.6.
+# digest of Triastcyn et al. §4.6.
 EXPECTED = {
     ("MNIST", 3.0): (3.016, 4, 2.75, 3.09),
     ("MNIST", 6.0): (5.980, 2, 4.67, 6.24),

@@ -1,4 +1,4 @@
-"""Seed 000's reproductions (``jaxfl reproduce lowy-convex/...``): quick forms end to end, the data
+"""Lowy & Razaviyayn's reproductions (``jaxfl reproduce lowy-convex/...``): quick forms end to end, the data
 construction against closed-form facts, the paper's settings, the noise calibration and the
 accounting of the families' builds, and the study's grids as :func:`jaxfl.engine.sweep` programs."""
 import csv

@@ -1,4 +1,4 @@
-"""Seed 002's reproductions (``jaxfl reproduce lowy-nonconvex/...``): quick forms end to end, the
+"""Lowy et al.'s reproductions (``jaxfl reproduce lowy-nonconvex/...``): quick forms end to end, the
 noise-multiplier conversions of the experiments' calibrations, the families' programs and accounting,
 the settings of the full forms, the report's paired differences."""
 import json
@@ -307,7 +307,7 @@ def test_paired_overview_counts_verdicts_and_averages_improvements_over_cells():
 
 @pytest.mark.slow
 def test_stored_parts_hold_no_params_when_the_study_does_not_use_them(quick_results):
-    """Seed 002's studies select on metrics and have no ``final``: a stored part keeps metrics, infos and
+    """Lowy et al.'s studies select on metrics and have no ``final``: a stored part keeps metrics, infos and
     epsilons only, small enough to commit a long study's finished parts."""
     import pickle
 

@@ -1,4 +1,4 @@
-"""Seed 002's datasets (``papers.lowy_nonconvex.data``): shapes, counts, labels,
+"""Lowy et al.'s datasets (``papers.lowy_nonconvex.data``): shapes, counts, labels,
 normalisation, determinism per trial."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The winsorised private mean (Levy et al. 2021, seed 001's ALG): the rotation is orthonormal, concentrated
+"""The winsorised private mean (Levy et al. 2021, Huang et al.'s ALG): the rotation is orthonormal, concentrated
 inputs are never winsorised and come back as the mean plus noise of the stated std, one replaced user moves
 the pre-noise sum by at most the stated sensitivity, padding rows are ignored, and the calibration meets its
 budget."""

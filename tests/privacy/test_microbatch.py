@@ -151,7 +151,7 @@ def _scan_lengths(jaxpr) -> list[int]:
                                                          "fedprox_svrg", "noisy_prox_sgd"))])
 def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
     """``microbatch=2`` on minibatches of 8 puts a 4-slice scan in the round (none without it) and moves the
-    result by float rounding only; the privacy statement does not depend on it. Seed 000's and seed 002's
+    result by float rounding only; the privacy statement does not depend on it. Lowy & Razaviyayn's and Lowy et al.'s
     constructors (the last five) included."""
     from jaxfl.algorithms import accelerated, dp_fedavg, local_sgd, minibatch_sgd, noisy_sgd, scaffold, variance_reduced
     from jaxfl.engine import train

@@ -51,7 +51,7 @@ def _cnn_batch(n=6, seed=0):
 @pytest.mark.parametrize("method", ["auto", "explicit"])
 @pytest.mark.parametrize("microbatch", [None, 4], ids=["whole", "slices-of-4"])
 def test_unclipped_layer_gets_the_plain_sum_and_stays_out_of_the_norms(method, microbatch):
-    """Seed 001's split: fc1 (a whole dense head) plain, both convolutions and fc2 clipped; at a clip norm that
+    """Huang et al.'s split: fc1 (a whole dense head) plain, both convolutions and fc2 clipped; at a clip norm that
     clips every example, so a norm that counted fc1 would shrink the clipped part."""
     params = nets.init_params(CNN, jax.random.PRNGKey(1), nets.IMAGE28_INPUT_SHAPE)
     x, y = _cnn_batch()
