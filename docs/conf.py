@@ -59,15 +59,13 @@ def _copy_notebooks() -> None:
         shutil.copy2(notebook, target / notebook.name)
 
 
-PAPER_PAGES = {"lowy_convex": "lowy-convex", "lowy_nonconvex": "lowy-nonconvex", "huang_jdp": "huang-jdp",
-               "vandijk_async": "vandijk-async", "dprec": "dprec"}
-
-
 def _copy_paper_readmes() -> None:
-    """``papers/<home>/README.md`` -> ``docs/papers/<page>.md``: links into the docs (``../../docs/X``) become
-    ``../X``, and the home's own files (``results/...``) are reached from the docs folder."""
-    for home, page in PAPER_PAGES.items():
-        text = (REPO / "papers" / home / "README.md").read_text()
+    """``papers/<home>/README.md`` -> ``docs/papers/<home with hyphens>.md`` (the studies' name prefix): links into the
+    docs (``../../docs/X``) become ``../X``, and the home's own files (``results/...``) are reached from the docs
+    folder."""
+    for readme in sorted((REPO / "papers").glob("*/README.md")):
+        home, page = readme.parent.name, readme.parent.name.replace("_", "-")
+        text = readme.read_text()
         text = text.replace("](../../docs/", "](../").replace("](results/", f"](../../papers/{home}/results/")
         # a link to one of the home's files (not a page of the docs) is named, not linked
         text = re.sub(r"(?<!!)\[([^]]*)\]\((\.\./\.\./papers/[^)]*)\)", lambda m: f"`{m.group(2)[6:]}`", text)

@@ -5,8 +5,6 @@ from jaxfl.studies.tables import BLOCK
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINE = 120
-PAPER_PAGES = {"lowy_convex": "lowy-convex", "lowy_nonconvex": "lowy-nonconvex", "huang_jdp": "huang-jdp",
-               "vandijk_async": "vandijk-async", "dprec": "dprec"}   # docs/conf.py's copies of papers/*/README.md
 
 
 def test_python_lines_fit_120_characters():
@@ -33,7 +31,8 @@ def _prose_lines(text):
 
 def test_markdown_prose_lines_fit_120_characters():
     built = {"_build", "_generated", "notebooks"}  # the docs build's own output (and its copies of the papers' READMEs)
-    copies = {REPO / "docs" / "papers" / f"{page}.md" for page in PAPER_PAGES.values()}
+    copies = {REPO / "docs" / "papers" / f"{readme.parent.name.replace('_', '-')}.md"   # docs/conf.py's copies
+              for readme in REPO.glob("papers/*/README.md")}
     pages = [REPO / "README.md", REPO / "bench" / "README.md", *sorted(REPO.glob("papers/*/README.md")),
              *sorted(path for path in (REPO / "docs").rglob("*.md")
                      if not built & set(path.parts) and path not in copies)]
