@@ -54,6 +54,7 @@ from jaxfl.studies.provenance import (best_seconds, interleaved_best_seconds, ma
                                       write_benchmark)
 from jaxfl.models import nets
 from jaxfl.privacy.microbatch import microbatch_size
+from jaxfl.engine.participation import poisson, with_replacement
 
 STEPS, BATCH, CLIENTS = 43, 20, 10
 MISSING_EXTRA = "needs torch: pip install -e '.[bench]'"
@@ -166,12 +167,14 @@ def round_seconds(method: str, module, per_pass, train, repeats: int) -> float:
     params = nets.init_params(module, jax.random.PRNGKey(0), dprec_data.IMAGE_SHAPE)
     n = train.num_silos
     if method == "dp_fedavg":
-        algo = dp_fedavg(loss, client_opt=optax.sgd(0.01), local_epochs=1, batch_size=BATCH, client_rate=CLIENTS / n,
+        algo = dp_fedavg(loss, client_opt=optax.sgd(0.01), local_epochs=1, batch_size=BATCH,
+                         participation=poisson(CLIENTS / n),
                          expected_clients=CLIENTS,
                          clip_norm=0.01, noise_multiplier=3.8, server_opt=optax.adam(2e-3),
                          clients_per_pass=per_pass or CLIENTS)
     else:
-        algo = dp_rec(loss, params=params, client_opt=optax.sgd(0.01), clients_per_round=CLIENTS, batch_size=BATCH,
+        algo = dp_rec(loss, params=params, client_opt=optax.sgd(0.01), participation=with_replacement(CLIENTS),
+                      batch_size=BATCH,
                       prior_std=0.005, clip_multiplier=0.545, layout=rec.per_tensor(params, 7),
                       server_opt=optax.adam(2e-3), clients_per_pass=per_pass)
     state = algo.init(params)

@@ -1,11 +1,18 @@
 """Small synthetic silos for engine tests, shared assertions, and a sweep checkpoint writer that stands for a
 killed sitting (importable as ``_helpers`` from test modules)."""
 import importlib
+import os
 
 import numpy as np
 
 _SWEEP = importlib.import_module("jaxfl.engine.sweep")  # the module: ``jaxfl.engine.sweep`` names the function
 _WRITE_CHECKPOINT = _SWEEP._write_checkpoint
+
+
+def cpu_devices_flags(count) -> str:
+    """``XLA_FLAGS`` for a subprocess with ``count`` CPU devices, keeping the flags this run set (the tests' fast
+    compilation: ``tests/conftest.py``)."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}".strip()
 
 
 def make_silos(sizes, features=5, seed=0):

@@ -62,15 +62,21 @@ from _helpers import make_silos
 from jaxfl.data.federated import from_silos
 
 
+REASONS = {"full": "a full-size reproduction (hours): run with -m full",
+           "study": "a paper home's further quick form, run end to end: run with -m study"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Full-size reproductions (``full``: hours) run only when ``-m`` names them: a ``-m`` that replaces the
-    default one (e.g. ``-m "not slow"``) would otherwise select them."""
-    if "full" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="a full-size reproduction (hours): run with -m full")
-    for item in items:
-        if item.get_closest_marker("full") is not None:
-            item.add_marker(skip)
+    """Full-size reproductions (``full``: hours) and the paper homes' further quick forms (``study``) run only
+    when ``-m`` names them: a ``-m`` that replaces the default one (e.g. ``-m slow``) would otherwise select them."""
+    expression = config.getoption("markexpr") or ""
+    for marker, reason in REASONS.items():
+        if marker in expression:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture

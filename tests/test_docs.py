@@ -33,7 +33,7 @@ def test_engine_doc_example_is_scaffold(small_data):
     from jaxfl.algorithms import scaffold
     from jaxfl.models import init_linear, logistic_loss
 
-    kw = dict(local_steps=4, batch_size=8, silos_per_round=3)
+    kw = dict(local_steps=4, batch_size=8, participation=3)
     doc = train(namespace["my_scaffold"](logistic_loss, client_lr=0.2, **kw), small_data, init_linear(5), rounds=5,
                 key=1, progress=False)
     lib = train(scaffold(logistic_loss, client_opt=optax.sgd(0.2), **kw), small_data, init_linear(5), rounds=5,

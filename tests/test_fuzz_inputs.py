@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from jaxfl.algorithms import dp_fedavg, minibatch_sgd
 from jaxfl.cli import main
 from jaxfl.models import logistic_loss
+from jaxfl.engine.participation import poisson
 
 ADD, REPLACE = "ADD_OR_REMOVE_ONE", "REPLACE_ONE"
 NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5), st.just(0.0),
@@ -52,7 +53,7 @@ def test_minibatch_sgd_configurations(rate, expected, batch, clip, noise):
        steps=st.integers(-1, 3))
 def test_dp_fedavg_configurations(rate, expected, clip, noise, steps):
     try:
-        algorithm = dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=steps, client_rate=rate,
+        algorithm = dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=steps, participation=poisson(rate),
                               expected_clients=expected, clip_norm=clip, noise_multiplier=noise)
         statement = None if algorithm.privacy is None else algorithm.privacy([30, 20])
     except ValueError as error:

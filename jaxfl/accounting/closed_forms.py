@@ -27,6 +27,12 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> fl
     is continuous in (sigma, epsilon), so the guarantee extends to the closed end (Lowy & Razaviyayn use it at
     epsilon' <= 1). ``epsilon > 1`` raises ``ValueError``: there the formula is not a theorem (use
     :func:`gaussian_sigma_bun_steinke` or :func:`analytic_gaussian_sigma`).
+
+    Example:
+      >>> round(gaussian_sigma(1.0, 1e-5), 4)              # sqrt(2 ln(1.25e5)) / 1
+      4.8448
+      >>> round(gaussian_sigma(0.5, 1e-5, sensitivity=2.0), 4)
+      19.3792
     """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, scalar=True)
@@ -42,6 +48,10 @@ def gaussian_sigma_bun_steinke(epsilon: float, delta: float, sensitivity: float 
     Thm E.1: ``sigma^2 = 8 sensitivity^2 ln(1.25/delta) / epsilon^2`` gives (epsilon, delta)-DP.
 
     Valid for ``epsilon <= 8 ln(1/delta)`` (the range the paper states; larger epsilon raises ``ValueError``).
+
+    Example:
+      >>> round(gaussian_sigma_bun_steinke(1.0, 1e-5), 4)  # twice the classic form's sigma
+      9.6896
     """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, scalar=True)
@@ -55,7 +65,13 @@ def gaussian_sigma_bun_steinke(epsilon: float, delta: float, sensitivity: float 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """Smallest noise std for (epsilon, delta)-DP of one Gaussian release (analytic Gaussian mechanism,
-    Balle & Wang 2018, Thm 8), by ``dp_accounting.get_sigma_gaussian``. Valid for every epsilon > 0."""
+    Balle & Wang 2018, Thm 8), by ``dp_accounting.get_sigma_gaussian``. Valid for every epsilon > 0.
+
+    Example:
+      >>> sigma = analytic_gaussian_sigma(1.0, 1e-5)
+      >>> round(sigma, 4), round(analytic_gaussian_epsilon(sigma, 1e-5), 6)   # tighter than gaussian_sigma's 4.8448
+      (3.7306, 1.0)
+    """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, scalar=True)
     sensitivity = checks.positive_float("sensitivity", sensitivity)
@@ -64,7 +80,12 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
 
 def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
     """Exact epsilon of one Gaussian release with noise std ``sigma`` at ``delta`` (Balle & Wang 2018), by
-    ``dp_accounting.get_epsilon_gaussian``."""
+    ``dp_accounting.get_epsilon_gaussian``.
+
+    Example:
+      >>> round(analytic_gaussian_epsilon(3.7306, 1e-5), 4)
+      1.0
+    """
     sigma = checks.positive_float("sigma", sigma)
     delta = checks.delta("delta", delta, scalar=True)
     sensitivity = checks.positive_float("sensitivity", sensitivity)
@@ -100,6 +121,11 @@ def advanced_composition(eps_per_step: float | Sequence[float], delta_per_step: 
       delta_prime: the slack delta' in (0, 1).
     Returns:
       ``(epsilon, delta)`` of the composition.
+
+    Example:
+      >>> eps, delta = advanced_composition(0.1, 1e-6, steps=100, delta_prime=1e-5)
+      >>> round(eps, 4), delta           # sqrt(2 ln(1e5) 100 * 0.01) + 100 * 0.1 (e^0.1 - 1); 100 * 1e-6 + 1e-5
+      (5.8502, 0.00011)
     """
     if steps is not None:
         steps = checks.non_negative_int("steps", steps)
@@ -126,6 +152,13 @@ def advanced_composition_per_step(target_eps: float, target_delta: float, steps:
     ``eps~ <= 1``, else ``ValueError``. The paper states only the first; its proof also bounds
     ``R eps~ (e^{eps~} - 1) <= 2 R eps~^2``, which needs ``eps~ <= 1`` (it fails e.g. for R = 1,
     eps0 = 2 ln(2/delta0)). In the paper's regime eps~ <= eps' <= 1 holds anyway.
+
+    Example:
+      >>> eps_step, delta_step = advanced_composition_per_step(1.0, 1e-5, steps=100)
+      >>> round(eps_step, 6), round(delta_step, 12)
+      (0.01012, 5e-08)
+      >>> round(advanced_composition(eps_step, delta_step, steps=100, delta_prime=0.5e-5)[0], 4)   # <= 1.0
+      0.5103
     """
     target_eps = checks.epsilon("target_eps", target_eps)
     target_delta = checks.delta("target_delta", target_delta, scalar=True)
@@ -148,6 +181,10 @@ def amplify_with_replacement_ullman(epsilon: float, sample_size: int, dataset_si
     unchanged).
 
     Valid for ``eps <= 1`` (the input epsilon, the paper's ``eps' <= 1`` condition), else ``ValueError``.
+
+    Example:
+      >>> amplify_with_replacement_ullman(1.0, sample_size=10, dataset_size=1000)   # 2 * 1.0 * 10 / 1000
+      0.02
     """
     epsilon = checks.epsilon("epsilon", epsilon)
     k = checks.positive_int("sample_size", sample_size)
@@ -160,7 +197,13 @@ def amplify_with_replacement_ullman(epsilon: float, sample_size: int, dataset_si
 
 def amplify_poisson(epsilon: float, delta: float, sampling_rate: float) -> tuple[float, float]:
     """Amplification by Poisson subsampling (Li, Qardaji & Su 2012; Balle, Barthe & Gaboardi 2018, Thm 8;
-    add/remove-one neighbours): ``(log(1 + q (e^eps - 1)), q delta)``."""
+    add/remove-one neighbours): ``(log(1 + q (e^eps - 1)), q delta)``.
+
+    Example:
+      >>> eps, delta = amplify_poisson(1.0, 1e-5, sampling_rate=0.01)
+      >>> round(eps, 6), round(delta, 12)   # log(1 + 0.01 (e - 1)), 0.01 delta
+      (0.017037, 1e-07)
+    """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, allow_zero=True, scalar=True)
     q = checks.sampling_rate("sampling_rate", sampling_rate)
@@ -170,7 +213,13 @@ def amplify_poisson(epsilon: float, delta: float, sampling_rate: float) -> tuple
 def amplify_without_replacement(epsilon: float, delta: float, sample_size: int,
                                 dataset_size: int) -> tuple[float, float]:
     """Amplification by sampling ``m`` of ``n`` records uniformly without replacement (Balle, Barthe &
-    Gaboardi 2018, Thm 9; replace-one neighbours): ``(log(1 + (m/n)(e^eps - 1)), (m/n) delta)``."""
+    Gaboardi 2018, Thm 9; replace-one neighbours): ``(log(1 + (m/n)(e^eps - 1)), (m/n) delta)``.
+
+    Example:
+      >>> eps, delta = amplify_without_replacement(1.0, 1e-5, sample_size=10, dataset_size=1000)
+      >>> round(eps, 6), round(delta, 12)   # the Poisson form at m / n = 0.01, under replace-one
+      (0.017037, 1e-07)
+    """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, allow_zero=True, scalar=True)
     m = checks.positive_int("sample_size", sample_size)
@@ -184,7 +233,12 @@ def amplify_without_replacement(epsilon: float, delta: float, sample_size: int,
 def parallel_composition(epsilons: float | Sequence[float],
                          deltas: float | Sequence[float] = 0.0) -> tuple[float, float]:
     """Parallel composition (McSherry 2009): mechanisms applied to *disjoint* parts of the data are jointly
-    ``(max eps_i, max delta_i)``-DP (e.g. one pass over disjoint minibatches is as private as one round)."""
+    ``(max eps_i, max delta_i)``-DP (e.g. one pass over disjoint minibatches is as private as one round).
+
+    Example:
+      >>> parallel_composition([0.5, 1.0, 0.8], [1e-6, 1e-5, 0.0])   # disjoint batches: the worst one
+      (1.0, 1e-05)
+    """
     eps = np.atleast_1d(np.asarray(epsilons, dtype=np.float64))
     dlt = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
     if eps.size == 0:

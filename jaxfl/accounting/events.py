@@ -64,7 +64,12 @@ def clipped_sum_sensitivity(relation: Any) -> float:
     """The L2 sensitivity, in units of the clip bound ``C``, of a sum of per-record contributions each of
     norm at most ``C``: ``1`` under add/remove-one (one contribution appears or vanishes) and
     replace-special (one contribution becomes the zero record), ``2`` under replace-one (``+C`` may become
-    ``-C``)."""
+    ``-C``).
+
+    Example:
+      >>> clipped_sum_sensitivity("add_or_remove_one"), clipped_sum_sensitivity("replace_one")
+      (1.0, 2.0)
+    """
     return 2.0 if as_relation(relation) is NeighboringRelation.REPLACE_ONE else 1.0
 
 
@@ -92,6 +97,10 @@ def clipped_sum_gaussian(noise_multiplier: float, relation: Any = NeighboringRel
       noise_multiplier: ``z`` (>= 0): noise std over the clip bound ``C`` (0: no noise, no privacy).
       relation: the neighbouring relation the statement is for (a ``dp_accounting.NeighboringRelation`` or
         its lower-case name); validated, and documented here, but it does not change the event.
+
+    Example:
+      >>> clipped_sum_gaussian(1.1)                             # std 1.1 C on a sum of records clipped to C
+      GaussianDpEvent(noise_multiplier=1.1)
     """
     as_relation(relation)
     z = checks.epsilon("noise_multiplier", noise_multiplier, allow_zero=True)  # finite and >= 0

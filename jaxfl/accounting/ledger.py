@@ -26,7 +26,7 @@ import numpy as np
 from jaxfl import checks
 from jaxfl.accounting.accountants import (Accountant, DpEvent, UnsupportedEventError, accountant_relations,
                                           check_relation, make_accountant)
-from jaxfl.accounting.events import RoundCycleDpEvent, RoundScheduleDpEvent, per_round_members
+from jaxfl.accounting.events import DprecDpEvent, RoundCycleDpEvent, RoundScheduleDpEvent, per_round_members
 
 __all__ = ["CentralLedger", "RoundCycleDpEvent", "RoundScheduleDpEvent", "SiloLedger"]
 
@@ -327,6 +327,8 @@ def _unsupported(accountant: str, event, relation) -> str:
         message += (" under replace-one neighbours, the relation stated when a Poisson sample's clipped sum is divided "
                     "by the silo's own size: pass expected_batch_size= (a public constant fixed in advance) to the "
                     "algorithm for add/remove-one, or use accountant='pld'")
+    elif isinstance(event, dp_accounting.SampledWithReplacementDpEvent) and isinstance(event.event, DprecDpEvent):
+        message += ": DP-REC's rounds are accounted by accountant='dprec' (jaxfl.accounting.dprec)"
     elif isinstance(event, dp_accounting.SampledWithReplacementDpEvent):
         message += (" (batch_size= draws records with replacement, and dp_accounting has no accountant for that): "
                     "sample by Poisson instead, sampling_rate= with expected_batch_size= (DP-SGD's sampling, "

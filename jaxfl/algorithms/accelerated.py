@@ -20,7 +20,7 @@ import optax
 from jaxfl.accounting.events import clipped_sum_gaussian
 from jaxfl.algorithms.common import check_private_args, per_silo_noise, safe_mean, silo_noise_multipliers
 from jaxfl.engine import local
-from jaxfl.engine.participation import resolve
+from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_round, weighted_sum
 from jaxfl.privacy import keys as keys_lib
@@ -139,7 +139,7 @@ def one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key)
     return local.Batch(x[idx], y[idx], jnp.full((k,), fresh, jnp.float32), jnp.asarray(k, jnp.float32))
 
 
-def _acsa(*, schedule, batch_size, mu, regularization, sampling, silos_per_round, projection, message_fn,
+def _acsa(*, schedule, batch_size, mu, regularization, sampling, participation, projection, message_fn,
           aggregator, decode, privacy, name, noise_multiplier):
     """The AC-SA round shared by Alg. 1 and Alg. 6: ``message_fn(w_md, batch, silo_key, z)`` is a silo's
     message on its batch, ``aggregator`` combines messages, ``decode(aggregate, ctx) -> mean gradient``."""
@@ -200,7 +200,7 @@ def _acsa(*, schedule, batch_size, mu, regularization, sampling, silos_per_round
 
     return FederatedAlgorithm(
         init=init,
-        round=make_round(client, server, resolve(silos_per_round), broadcast=broadcast, per_silo=per_silo,
+        round=make_round(client, server, resolve(participation), broadcast=broadcast, per_silo=per_silo,
                          aggregator=aggregator),
         privacy=privacy, name=name)
 
@@ -221,7 +221,8 @@ def one_pass_privacy(batch_size, events_for, central_for=None):
 
 def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: int, clip_norm: float,
                               noise_multiplier=0.0, mu: float = 0.0, regularization: float = 0.0,
-                              sampling: str = "one_pass", silos_per_round=None, projection: Callable | None = None,
+                              sampling: str = "one_pass", participation=None, silos_per_round=None,
+                              projection: Callable | None = None,
                               microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Accelerated noisy MB-SGD (Alg. 1, AC-SA made ISRL-DP).
 
@@ -243,6 +244,7 @@ def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: in
       microbatch: the clipped sum taken in slices of this many records (``"auto"``, ``None`` or an int, as in
         :func:`jaxfl.algorithms.sgd.minibatch_sgd`; memory and speed only).
     """
+    participation = participation_argument(participation, silos_per_round, "accelerated_minibatch_sgd")
     private = check_private_args(clip_norm, noise_multiplier)
     microbatch = check_microbatch(microbatch)
 
@@ -260,6 +262,6 @@ def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: in
     else:
         privacy = _with_replacement_privacy(int(batch_size), noise_multiplier)
     return _acsa(schedule=schedule, batch_size=batch_size, mu=mu, regularization=regularization, sampling=sampling,
-                 silos_per_round=silos_per_round, projection=projection, message_fn=message,
+                 participation=participation, projection=projection, message_fn=message,
                  aggregator=weighted_sum, decode=lambda summed, ctx: safe_mean(summed, ctx.total_weight),
                  privacy=privacy, name=name or f"accelerated_mbsgd_{sampling}", noise_multiplier=noise_multiplier)

@@ -1,14 +1,15 @@
 """DP-FedAvg (McMahan et al. 2018): client-level clipping of model deltas + central Gaussian noise.
 
-DP-REC's baseline. Clients take part by Poisson sampling with rate ``q``; each runs non-private local SGD,
-clips its delta to ``C``, and the server adds ``N(0, (z C)^2 I)`` to the sum and divides by
-``expected_clients``, a constant the user fixes before any data is seen (McMahan et al.'s fixed-denominator
-estimator, ``q W``), never by a count of the clients present: adding or removing one client then moves the
-release by at most ``C / expected_clients`` and changes nothing else.
+DP-REC's baseline. Clients take part by Poisson sampling with rate ``q`` (``participation=poisson(q)``); each
+runs non-private local SGD, clips its delta to ``C``, and the server adds ``N(0, (z C)^2 I)`` to the sum and
+divides by ``expected_clients``, a constant the user fixes before any data is seen (McMahan et al.'s
+fixed-denominator estimator, ``q W``), never by a count of the clients present: adding or removing one client
+then moves the release by at most ``C / expected_clients`` and changes nothing else.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
 import dp_accounting
 import jax
@@ -19,7 +20,7 @@ from jaxfl.accounting.events import clipped_sum_gaussian
 from jaxfl import checks
 from jaxfl.algorithms.common import apply_server_update, check_private_args, init_server
 from jaxfl.engine import local
-from jaxfl.engine.participation import poisson
+from jaxfl.engine.participation import Participation, poisson
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_round
 from jaxfl.privacy import keys as keys_lib
@@ -27,10 +28,11 @@ from jaxfl.privacy.clipping import clip_update
 from jaxfl.privacy.noise import add_gaussian_noise
 
 
-def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int | None = None, client_rate,
-              expected_clients, clip_norm, noise_multiplier, server_opt: optax.GradientTransformation | None = None,
-              batch_size: int | None = None, local_epochs: int | None = None, clients_per_pass="auto",
-              microbatch="auto", name: str = "dp_fedavg") -> FederatedAlgorithm:
+def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int | None = None,
+              participation: Participation | None = None, expected_clients, clip_norm, noise_multiplier,
+              server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
+              local_epochs: int | None = None, clients_per_pass="auto", microbatch="auto", name: str = "dp_fedavg",
+              client_rate=None) -> FederatedAlgorithm:
     """Builds DP-FedAvg.
 
     Args:
@@ -39,9 +41,11 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         ``batch_size`` (with replacement; ``None``: full local batch), or, with ``local_epochs`` instead of
         ``local_steps``, for that many passes over the client's records in minibatches of ``batch_size``
         (:func:`jaxfl.engine.local.local_epochs`, as DP-REC's clients train).
-      client_rate: ``q``, the Poisson probability that a client takes part in a round.
+      participation: :func:`jaxfl.engine.participation.poisson` ``(q)``: each client takes part in a round
+        independently with probability ``q`` (may be traced), what the accounting covers. ``client_rate=q`` is
+        its deprecated spelling.
       expected_clients: the public constant the noisy sum is divided by, fixed in advance, e.g.
-        ``client_rate`` times the number of clients you plan for (required: dividing by the number of clients
+        ``q`` times the number of clients you plan for (required: dividing by the number of clients
         in the data would make the scale of the release reveal whether a client is there; an audit of that
         finds epsilon >= 8 where 0.81 is claimed). May be traced.
       clip_norm: ``C``, the L2 bound on each client's model delta.
@@ -52,7 +56,7 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         ``"auto"`` (default): 1 on the CPU backend (a client's own products are as wide as a CPU uses; no
         padding), ``ceil(expected_clients)`` on others (a public constant: no extra privacy statement) or every
         client when ``expected_clients`` is traced; ``None``: every client runs, non-participants weighted 0
-        (what a sampled cohort cost before 0.2.0, ~1 / ``client_rate`` times the work).
+        (what a sampled cohort cost before 0.2.0, ~1 / ``q`` times the work).
       microbatch: each local step's gradient taken in slices of this many records: ``"auto"``
         (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
         (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
@@ -70,17 +74,19 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
       >>> y = (x[:, 0] > 0).astype(np.float32)
       >>> data = iid(x, y, num_silos=200, seed=0)            # 200 clients of 10 records
       >>> algorithm = dp_fedavg(logistic_loss, client_opt=optax.sgd(0.5), local_steps=2, batch_size=5,
-      ...                       client_rate=0.1, expected_clients=20, clip_norm=1.0, noise_multiplier=1.0)
+      ...                       participation=jaxfl.engine.participation.poisson(0.1), expected_clients=20,
+      ...                       clip_norm=1.0, noise_multiplier=1.0)
       >>> result = jaxfl.train(algorithm, data, init_linear(5), rounds=30, delta=1e-4, progress=False)
       >>> round(result.epsilon, 2)                           # client level: one client's data added or removed
       4.05
     """
+    client_rate = _client_rate(participation, client_rate)
     check_private_args(clip_norm, noise_multiplier)
     if isinstance(client_rate, (int, float)):  # a traced rate (a sweep) is checked by whoever built the sweep
         checks.probability("client_rate", client_rate)
     if expected_clients is None:
         raise ValueError("dp_fedavg needs expected_clients=, a public constant fixed in advance that the noisy sum "
-                         "is divided by (e.g. client_rate * the number of clients you plan for)")
+                         "is divided by (e.g. q * the number of clients you plan for)")
     if isinstance(expected_clients, (int, float)):
         checks.positive_float("expected_clients", expected_clients)
     if isinstance(clip_norm, (int, float)) and math.isinf(clip_norm):
@@ -128,6 +134,20 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     return FederatedAlgorithm(init=init_server(server_opt),
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass),
                               privacy=privacy, name=name)
+
+
+def _client_rate(participation, client_rate):
+    """``q`` from :func:`dp_fedavg`'s ``participation`` (or its deprecated ``client_rate``)."""
+    if client_rate is not None:
+        if participation is not None:
+            raise ValueError("dp_fedavg: give participation=poisson(q) only (client_rate= is its deprecated name)")
+        warnings.warn("dp_fedavg(client_rate=q) is deprecated: use participation=jaxfl.engine.participation.poisson(q)",
+                      DeprecationWarning, stacklevel=3)
+        return client_rate
+    if not isinstance(participation, Participation) or participation.rate is None:
+        raise ValueError("dp_fedavg's accounting is for Poisson client sampling: pass "
+                         f"participation=jaxfl.engine.participation.poisson(q), got participation={participation!r}")
+    return participation.rate
 
 
 def _clients_per_pass(clients_per_pass, expected_clients):

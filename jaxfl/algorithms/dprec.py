@@ -23,6 +23,7 @@ References:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import dp_accounting
@@ -37,7 +38,7 @@ from jaxfl.accounting.events import DprecDpEvent
 from jaxfl.algorithms.common import check_params, concrete_params, model_template
 from jaxfl.compression import rec
 from jaxfl.engine import local
-from jaxfl.engine.participation import with_replacement
+from jaxfl.engine.participation import Slots, with_replacement
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_slot_round
 from jaxfl.privacy import keys as keys_lib
@@ -89,11 +90,26 @@ def server_step(server_opt: optax.GradientTransformation, unravel: Callable, sta
     return DpRecState(optax.apply_updates(state.params, updates), opt_state, state.round + 1, seeds, indices)
 
 
-def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients_per_round: int, batch_size: int,
-           prior_std: float, clip_multiplier: float, local_epochs: int = 1,
+def _slots(participation, clients_per_round) -> int:
+    """``B`` from :func:`dp_rec`'s ``participation`` (or its deprecated ``clients_per_round``)."""
+    if clients_per_round is not None:
+        if participation is not None:
+            raise ValueError("dp_rec: give participation=with_replacement(B) only (clients_per_round= is its "
+                             "deprecated name)")
+        warnings.warn("dp_rec(clients_per_round=B) is deprecated: use "
+                      "participation=jaxfl.engine.participation.with_replacement(B)", DeprecationWarning, stacklevel=3)
+        return checks.positive_int("clients_per_round", clients_per_round)
+    if not isinstance(participation, Slots):
+        raise ValueError("dp_rec's accounting is for clients drawn with replacement: pass "
+                         f"participation=jaxfl.engine.participation.with_replacement(B), got {participation!r}")
+    return participation.slots
+
+
+def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, participation: Slots | None = None,
+           batch_size: int, prior_std: float, clip_multiplier: float, local_epochs: int = 1,
            layout: rec.BlockLayout | Callable[[object], rec.BlockLayout] | None = None,
            server_opt: optax.GradientTransformation | None = None, clients_per_pass: int | None = None,
-           microbatch="auto", name: str = "dp_rec") -> FederatedAlgorithm:
+           microbatch="auto", name: str = "dp_rec", clients_per_round: int | None = None) -> FederatedAlgorithm:
     """Builds DP-REC.
 
     Args:
@@ -103,7 +119,8 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients
         layout, and with it the privacy statement (its total index bits), is fixed from it when the
         algorithm is built, so ``privacy`` works before ``init``; ``init`` checks its params against it.
       client_opt: local optimizer (the paper: plain SGD).
-      clients_per_round: ``B`` slots drawn with replacement per round.
+      participation: :func:`jaxfl.engine.participation.with_replacement` ``(B)``: ``B`` slots filled with
+        replacement each round, what the accounting covers (``clients_per_round=B`` is its deprecated spelling).
       batch_size, local_epochs: local training (the paper: 1 epoch).
       prior_std: ``sigma`` of the prior ``N(0, sigma^2 I)`` and of the message distribution.
       clip_multiplier: ``c``; updates are clipped to ``C = c sigma``; privacy depends on ``c`` only.
@@ -117,7 +134,7 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, clients
         (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
         same result to float rounding, the same privacy.
     """
-    b = checks.positive_int("clients_per_round", clients_per_round)
+    b = _slots(participation, clients_per_round)
     microbatch = check_microbatch(microbatch)
     sigma = checks.positive_float("prior_std", prior_std)
     c = checks.positive_float("clip_multiplier", clip_multiplier)

@@ -42,7 +42,7 @@ from jaxfl.algorithms.common import (apply_server_update, check_private_args, in
                                      per_silo_noise, safe_mean, sampled_silo_privacy)
 from jaxfl.algorithms.sgd import local_sgd
 from jaxfl.engine import local
-from jaxfl.engine.participation import resolve
+from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm
 from jaxfl.engine.rounds import make_round, weighted_sum
 from jaxfl.privacy import keys as keys_lib
@@ -226,7 +226,8 @@ def _with_replacement_privacy(batch_size, noise_multiplier, steps_per_round=1):
 
 
 def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float, noise_multiplier=0.0,
-                        silos_per_round=None, projection: Callable | None = None, averaging: str = "last",
+                        participation=None, silos_per_round=None,
+                        projection: Callable | None = None, averaging: str = "last",
                         mu: float = 0.0, aggregator=weighted_sum, name: str | None = None,
                         window: int = 8, microbatch="auto") -> FederatedAlgorithm:
     """Noisy ISRL-DP MB-SGD (Alg. 2; Alg. 7 with one ``z_i`` per silo).
@@ -245,6 +246,7 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
     many records (``"auto"``, ``None`` or an int, as in :func:`jaxfl.algorithms.sgd.minibatch_sgd`; memory
     and speed only).
     """
+    participation = participation_argument(participation, silos_per_round, "noisy_minibatch_sgd")
     private = check_private_args(clip_norm, noise_multiplier)
     server_opt = optax.sgd(step_size)
     sampler = local.make_sampler(batch_size=batch_size, microbatch=microbatch)
@@ -265,7 +267,7 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
         broadcast = lambda state: state.iterate.params
     alg = FederatedAlgorithm(
         init=init,
-        round=make_round(client, server, resolve(silos_per_round), broadcast=broadcast, per_silo=silo_z,
+        round=make_round(client, server, resolve(participation), broadcast=broadcast, per_silo=silo_z,
                          aggregator=aggregator),
         privacy=_with_replacement_privacy(batch_size, noise_multiplier) if private else None,
         name=name or ("isrl_noisy_mbsgd" if private else "mbsgd"),
@@ -274,7 +276,8 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
 
 
 def noisy_local_sgd(loss_fn, *, step_size, local_steps: int, clip_norm: float, noise_multiplier=0.0,
-                    silos_per_round=None, projection: Callable | None = None, name: str | None = None,
+                    participation=None, silos_per_round=None,
+                    projection: Callable | None = None, name: str | None = None,
                     averaging: str = "last", window: int = 8):
     """The experiments' ISRL-DP Local SGD (App. I): ``K = local_steps`` one-sample noisy steps
     ``w <- w - eta (clip(grad f(w, x_t), L) + u_t)`` per round, ``u_t ~ N(0, (z L)^2 I)`` (calibrate with
@@ -282,10 +285,11 @@ def noisy_local_sgd(loss_fn, *, step_size, local_steps: int, clip_norm: float, n
     ``K`` composed with-replacement Gaussian steps. ``averaging``: ``"last"`` iterate (the paper) or
     ``"window"`` (the mean of the last ``window`` server iterates, the authors' scripts:
     :func:`window_average`)."""
+    participation = participation_argument(participation, silos_per_round, "noisy_local_sgd")
     if averaging not in ("last", "window"):
         raise ValueError(f"averaging must be 'last' or 'window' for Local SGD, got {averaging!r}")
     alg = local_sgd(loss_fn, client_opt=optax.sgd(step_size), local_steps=local_steps, batch_size=1,
-                    clip_norm=clip_norm, noise_multiplier=noise_multiplier, silos_per_round=silos_per_round,
+                    clip_norm=clip_norm, noise_multiplier=noise_multiplier, participation=participation,
                     projection=projection, name=name)
     private = check_private_args(clip_norm, noise_multiplier)
     privacy = _with_replacement_privacy(1, noise_multiplier, int(local_steps)) if private else None
@@ -302,7 +306,8 @@ AUTHORS_SCRIPTS_CHOICES = {"aggregate": ("sum", "mean"), "clip": ("batch_mean", 
 
 
 def authors_scripts_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm, noise_multiplier,
-                                  silos_per_round=None, aggregate: str = "sum", clip: str = "batch_mean",
+                                  participation=None, silos_per_round=None,
+                                  aggregate: str = "sum", clip: str = "batch_mean",
                                   gradient: str = "mean", noise: str = "per_silo", window: int = 8,
                                   name: str | None = None) -> FederatedAlgorithm:
     """MB-SGD as the authors' experiment scripts run it (Lowy & Razaviyayn §6.2--6.4), not as the paper states it.
@@ -338,6 +343,7 @@ def authors_scripts_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_n
     silos is not what the calibration assumed. The variant exists to test whether the paper's numbers
     come back under the scripts' choices, not to train privately: train it with ``delta=None``.
     """
+    participation = participation_argument(participation, silos_per_round, "authors_scripts_minibatch_sgd")
     for option, value in (("aggregate", aggregate), ("clip", clip), ("gradient", gradient), ("noise", noise)):
         checks.one_of(option, value, AUTHORS_SCRIPTS_CHOICES[option])
     check_private_args(clip_norm, noise_multiplier)  # argument checks only: no guarantee is stated
@@ -388,7 +394,7 @@ def authors_scripts_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_n
 
     alg = FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, server, resolve(silos_per_round), per_silo=silo_z),
+        round=make_round(client, server, resolve(participation), per_silo=silo_z),
         privacy=None,
         name=name or "authors_scripts_mbsgd",
     )

@@ -20,7 +20,7 @@ import optax
 from jaxfl import checks
 from jaxfl.algorithms.common import check_private_args, per_silo_noise, safe_mean, sampled_silo_privacy
 from jaxfl.engine import local
-from jaxfl.engine.participation import resolve
+from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, ServerState
 from jaxfl.engine.rounds import make_round
 
@@ -79,7 +79,7 @@ def _per_part(opt) -> optax.GradientTransformation:
 def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
                  sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
-                 silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current",
+                 participation=None, silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current",
                  chunk="auto",
                  microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """Shared body + per-silo private parameters (FedPer-style joint local training; Huang et al.'s regimes).
@@ -122,7 +122,24 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
         trained at the current shared iterate on the silo's own data and never sent, are outside it, as
         joint DP allows (billboard model: every other silo's output is post-processing of the transcript
         and its own data).
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> data = iid(x, y, num_silos=8, seed=0)                  # 8 silos of 50 records
+      >>> algorithm = personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.5),
+      ...                          local_steps=5, sampling_rate=0.2, expected_batch_size=10, clip_norm=1.0,
+      ...                          noise_multiplier=1.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(5), rounds=20, delta=1e-5, progress=False)
+      >>> jax.tree_util.tree_map(np.shape, result.state.silos)   # each silo's own bias, never sent
+      {'b': (8,), 'w': None}
+      >>> round(result.epsilon, 2)
+      16.08
     """
+    participation = participation_argument(participation, silos_per_round, "personalized")
     private = check_private_args(clip_norm, noise_multiplier)
     sampler = local.make_sampler(batch_size, sampling_rate, chunk if sampling_rate is not None else None,
                                  microbatch=microbatch,
@@ -195,7 +212,7 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
 
     return FederatedAlgorithm(
         init=init,
-        round=make_round(client, server, resolve(silos_per_round), per_silo=silo_z, silo_state=True),
+        round=make_round(client, server, resolve(participation), per_silo=silo_z, silo_state=True),
         privacy=sampled_silo_privacy(sampler, noise_multiplier, num_steps) if stated else None,
         name=name or ("dp_personalized" if stated else "personalized"),
         init_silos=init_silos, silo_params=silo_params)

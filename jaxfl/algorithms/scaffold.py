@@ -16,7 +16,7 @@ import optax
 from jaxfl import checks
 from jaxfl.algorithms.common import apply_server_update, safe_mean
 from jaxfl.engine import local
-from jaxfl.engine.participation import resolve
+from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, ServerState
 from jaxfl.engine.rounds import make_round
 
@@ -45,7 +45,7 @@ def _with_gradient_sum(client_opt: optax.GradientTransformation) -> optax.Gradie
 
 def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
              server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
-             sampling_rate=None, silos_per_round=None, microbatch="auto",
+             sampling_rate=None, participation=None, silos_per_round=None, microbatch="auto",
              name: str | None = None) -> FederatedAlgorithm:
     """SCAFFOLD with control variates option II.
 
@@ -70,7 +70,22 @@ def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: 
 
     ``microbatch``: each step's gradient taken in slices of records, as in
     :func:`jaxfl.algorithms.sgd.minibatch_sgd`.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> data = iid(x, y, num_silos=8, seed=0)                  # 8 silos of 50 records
+      >>> algorithm = scaffold(logistic_loss, client_opt=optax.sgd(0.5), local_steps=5, batch_size=10, participation=4)
+      >>> result = jaxfl.train(algorithm, data, init_linear(5), rounds=20, progress=False)
+      >>> jax.tree_util.tree_map(np.shape, result.state.silos)   # each silo's control variate c_i
+      {'b': (8,), 'w': (8, 5)}
+      >>> bool(result.params["w"][0] > 1.0)                        # the label is the sign of feature 0
+      True
     """
+    participation = participation_argument(participation, silos_per_round, "scaffold")
     sampler = local.make_sampler(batch_size, sampling_rate, microbatch=microbatch)
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     num_steps = checks.positive_int("local_steps", local_steps)
@@ -107,6 +122,6 @@ def scaffold(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: 
 
     return FederatedAlgorithm(
         init=init,
-        round=make_round(client, server, resolve(silos_per_round), silo_state=True,
+        round=make_round(client, server, resolve(participation), silo_state=True,
                          broadcast=lambda state: (state.params, state.control)),
         privacy=None, name=name or "scaffold", init_silos=init_silos)

@@ -15,14 +15,14 @@ from jaxfl import checks
 from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_round_silo_privacy,
                                     per_silo_noise, sampled_silo_privacy)
 from jaxfl.engine import local
-from jaxfl.engine.participation import resolve
+from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, PerRound
 from jaxfl.engine.rounds import make_round
 
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
                   sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
-                  silos_per_round=None, projection=None, microbatch="auto", chunk="auto",
+                  participation=None, silos_per_round=None, projection=None, microbatch="auto", chunk="auto",
                   name: str | None = None) -> FederatedAlgorithm:
     """Distributed minibatch SGD; with ``noise_multiplier > 0`` it is ISRL-DP noisy MB-SGD.
 
@@ -46,7 +46,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
       clip_norm: per-example global-norm clip ``C`` (``inf``: none). May be traced.
       noise_multiplier: ``z``; the noise std on each silo's clipped sum is ``z C``. May be traced.
         An array of one ``z_i`` per silo gives per-silo budgets (Lowy & Razaviyayn's Alg. 7).
-      silos_per_round: ``None`` (all), an int ``M`` (uniform without replacement), or a
+      participation: ``None`` (all), an int ``M`` (uniform without replacement), or a
         participation callable from :mod:`jaxfl.engine.participation`.
       projection: ``params -> params`` applied after each server step (Lowy & Razaviyayn's ``Pi_W``), e.g.
         ``lambda p: optax.projections.projection_l2_ball(p, radius)``. Post-processing: no privacy cost.
@@ -82,6 +82,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
       >>> result.epsilons.shape, bool(result.epsilon == result.epsilons.max())   # one ledger per silo
       ((4,), True)
     """
+    participation = participation_argument(participation, silos_per_round, "minibatch_sgd")
     private = check_private_args(clip_norm, noise_multiplier)
     scheduled = isinstance(sampling_rate, PerRound)
     rates = _per_round_rates(sampling_rate.values) if scheduled else None
@@ -112,7 +113,7 @@ def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_si
         schedule = {"sampling_rate": rates} if sizes is None else {"sampling_rate": rates, "expected_batch_size": sizes}
     return FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z,
+        round=make_round(client, mean_server(server_opt, projection), resolve(participation), per_silo=silo_z,
                          scheduled=scheduled),
         privacy=privacy,
         name=name or ("dp_minibatch_sgd" if private else "minibatch_sgd"),
@@ -190,7 +191,7 @@ def _per_round_sizes(expected_batch_size, rates):
 def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps: int,
               server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
               sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
-              silos_per_round=None,
+              participation=None, silos_per_round=None,
               projection=None, microbatch="auto", chunk="auto", clients_per_pass: int | None = None,
               name: str | None = None) -> FederatedAlgorithm:
     """Local SGD / FedAvg; with ``noise_multiplier > 0`` every local step is clipped and noised.
@@ -224,6 +225,7 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
       >>> float(binary_accuracy(result.params, x, y)) > 0.9
       True
     """
+    participation = participation_argument(participation, silos_per_round, "local_sgd")
     private = check_private_args(clip_norm, noise_multiplier)
     sampler = local.make_sampler(batch_size, sampling_rate, chunk if sampling_rate is not None else None,
                                  microbatch=microbatch, expected_batch_size=expected_batch_size)
@@ -244,7 +246,7 @@ def local_sgd(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
 
     return FederatedAlgorithm(
         init=init_server(server_opt),
-        round=make_round(client, mean_server(server_opt, projection), resolve(silos_per_round), per_silo=silo_z,
+        round=make_round(client, mean_server(server_opt, projection), resolve(participation), per_silo=silo_z,
                          clients_per_pass=clients_per_pass),
         privacy=sampled_silo_privacy(sampler, noise_multiplier, int(local_steps)) if private else None,
         name=name or ("dp_local_sgd" if private else "local_sgd"),

@@ -26,6 +26,7 @@ from jax.flatten_util import ravel_pytree
 from jaxfl import checks
 from jaxfl.algorithms.common import check_params, model_template
 from jaxfl.engine import local
+from jaxfl.engine.participation import argument as participation_argument
 from jaxfl.engine.protocol import FederatedAlgorithm
 from jaxfl.accounting.events import PvecDpEvent, ShuffledGaussianDpEvent
 from jaxfl.engine.rounds import participant_count_sum, weighted_sum
@@ -52,7 +53,8 @@ def _shuffled_sum(messages, weights, round_key):
     return weighted_sum(jax.tree_util.tree_map(lambda m: m[perm], messages), weights[perm], round_key)
 
 
-def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multiplier: float, silos_per_round: int,
+def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multiplier: float,
+                           participation: int | None = None, silos_per_round=None,
                            projection: Callable | None = None, averaging: str = "last", mu: float = 0.0,
                            name: str | None = None) -> FederatedAlgorithm:
     """Shuffled Noisy MB-SGD (Thm 5.1 / G.1): Alg. 2 with ``K = 1``, ``M`` uniformly available silos and a
@@ -64,9 +66,13 @@ def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multip
     leaves the constant ``C`` of its sigma unspecified, so jaxfl accounts the chain numerically instead).
     Get both from :func:`jaxfl.engine.driver.make_ledger` (``central=True`` for the second).
     """
-    m = int(silos_per_round)
+    participation = participation_argument(participation, silos_per_round, "shuffled_minibatch_sgd")
+    if not isinstance(participation, (int, np.integer)):
+        raise ValueError(f"shuffled_minibatch_sgd needs participation=M, a fixed number of silos per round (the "
+                         f"shuffle model amplifies M of the N silos), got {participation!r}")
+    m = int(participation)
     alg = noisy_minibatch_sgd(loss_fn, step_size=step_size, batch_size=1, clip_norm=clip_norm,
-                              noise_multiplier=noise_multiplier, silos_per_round=m, projection=projection,
+                              noise_multiplier=noise_multiplier, participation=m, projection=projection,
                               averaging=averaging, mu=mu, aggregator=_shuffled_sum,
                               name=name or "shuffled_noisy_mbsgd")
     if alg.privacy is None:
@@ -77,7 +83,7 @@ def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multip
         counts = np.asarray(counts)
         real = counts[counts > 0]
         if m > len(real):
-            raise ValueError(f"silos_per_round={m} exceeds the {len(real)} silos with records")
+            raise ValueError(f"participation={m} exceeds the {len(real)} silos with records")
         central = ShuffledGaussianDpEvent(float(noise_multiplier), m, len(real), int(real.min()))
         return silo_privacy(counts)._replace(central=central)
 
@@ -86,7 +92,7 @@ def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multip
 
 def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, batch_size: int, clip_norm: float,
                                   shuffle_params: shuffle.ShuffleParams, mu: float = 0.0, regularization: float = 0.0,
-                                  silos_per_round=None, projection: Callable | None = None,
+                                  participation=None, silos_per_round=None, projection: Callable | None = None,
                                   name: str | None = None) -> FederatedAlgorithm:
     """SDP one-pass accelerated noisy MB-SGD (Alg. 6): AC-SA whose gradients are summed by P_vec.
 
@@ -106,6 +112,7 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, ba
     (:func:`jaxfl.algorithms.common.model_template`): P_vec's events need the model dimension, and the
     server unflattens the decoded sum, before any ``init``.
     """
+    participation = participation_argument(participation, silos_per_round, "sdp_accelerated_minibatch_sgd")
     k = int(batch_size)
     if not clip_norm > 0 or math.isinf(clip_norm):
         raise ValueError(f"clip_norm must be finite and > 0 (it is P_vec's L), got {clip_norm}")
@@ -128,13 +135,13 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, ba
         return [PvecDpEvent(*pvec, num_users=k, dim=template.size) for n in counts if n > 0]
 
     def central_for(real):
-        if not isinstance(silos_per_round, int):
+        if not isinstance(participation, int):
             raise ValueError("the central P_vec guarantee needs a fixed number of silos per round "
-                             f"(silos_per_round=int), got {silos_per_round!r}")
-        return PvecDpEvent(*pvec, num_users=int(silos_per_round) * k, dim=template.size)
+                             f"(participation=int), got {participation!r}")
+        return PvecDpEvent(*pvec, num_users=int(participation) * k, dim=template.size)
 
     alg = _acsa(schedule=schedule, batch_size=k, mu=mu, regularization=regularization, sampling="one_pass",
-                silos_per_round=silos_per_round, projection=projection, message_fn=message,
+                participation=participation, projection=projection, message_fn=message,
                 aggregator=participant_count_sum, decode=decode, privacy=one_pass_privacy(k, events_for, central_for),
                 name=name or "sdp_accelerated_mbsgd", noise_multiplier=0.0)
     acsa_init = alg.init
@@ -148,26 +155,28 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, ba
 # Shuffle-model (SDP) versions
 
 
-def _check_pvec(clip_norm, silos_per_round):
+def _check_pvec(clip_norm, participation):
     checks.positive_float("clip_norm (P_vec's bound L)", clip_norm)
-    if not isinstance(silos_per_round, (int, np.integer)):
-        raise ValueError(f"the shuffle model needs a fixed number of silos per round, got {silos_per_round!r}")
+    if not isinstance(participation, (int, np.integer)):
+        raise ValueError(f"the shuffle model needs a fixed number of silos per round, got {participation!r}")
 
 
 def sdp_prox_sgd(loss_fn, *, params, step_size, batch_size: int, clip_norm: float,
-                 shuffle_params: shuffle.ShuffleParams, silos_per_round: int, prox=None, sampling: str = "one_pass",
+                 shuffle_params: shuffle.ShuffleParams, participation: int | None = None, silos_per_round=None,
+                 prox=None, sampling: str = "one_pass",
                  output: str = "last", name: str | None = None) -> FederatedAlgorithm:
     """SDP noisy distributed proximal SGD (Alg. 7): the ``M K`` clipped per-record gradients of a round are
     summed by P_vec (parameters ``shuffle_params``, e.g. :func:`jaxfl.privacy.shuffle.pvec_parameters` at
     :func:`jaxfl.accounting.variance_reduced_noise.sdp_prox_sgd_pvec`'s ``(N eps / (2M), delta)``) and the server
     steps with their mean. One pass over disjoint batches by default (parallel composition). ``params``: the
     model's initial parameters or a template of them (the P_vec events need its dimension)."""
-    _check_pvec(clip_norm, silos_per_round)
+    participation = participation_argument(participation, silos_per_round, "sdp_prox_sgd")
+    _check_pvec(clip_norm, participation)
     template = model_template(params)
     pvec = shuffle.ShuffleParams(*shuffle_params)
     mechanism = _pvec(loss_fn, clip_norm, pvec, pvec, template)
     sampler = _sampler(batch_size)
-    privacy = _pvec_privacy(SPIDER, 1, pvec, pvec, int(batch_size), int(batch_size), silos_per_round, template.size)
+    privacy = _pvec_privacy(SPIDER, 1, pvec, pvec, int(batch_size), int(batch_size), participation, template.size)
     if sampling == "one_pass":
         stated = privacy
 
@@ -178,20 +187,22 @@ def sdp_prox_sgd(loss_fn, *, params, step_size, batch_size: int, clip_norm: floa
     return _variance_reduced(
         kind=SPIDER, period=1, mechanism=mechanism, step_size=step_size, prox=prox, sampling=sampling,
         fresh_sampler=sampler, diff_sampler=sampler, clip_norm=clip_norm, smoothness=None,
-        silos_per_round=int(silos_per_round), output=output, restart_length=None, privacy=privacy,
+        participation=int(participation), output=output, restart_length=None, privacy=privacy,
         name=name or "sdp_prox_sgd")
 
 
 def sdp_fedprox_spider(loss_fn, *, params, step_size, phase_length: int, clip_norm: float,
                        checkpoint_params: shuffle.ShuffleParams, difference_params: shuffle.ShuffleParams,
-                       silos_per_round: int, batch_size: int | None = None, difference_batch_size: int | None = None,
+                       participation: int | None = None, silos_per_round=None,
+                       batch_size: int | None = None, difference_batch_size: int | None = None,
                        smoothness: float | None = None, prox=None, output: str = "last",
                        name: str | None = None) -> FederatedAlgorithm:
     """SDP FedProx-SPIDER (Alg. 10): :func:`fedprox_spider` whose checkpoints and differences are summed by
     P_vec (bound ``C`` for gradients, ``min(2C, beta ||dw||)`` for differences), with the parameters of
     :func:`jaxfl.accounting.variance_reduced_noise.sdp_spider_pvec`. ``params``: the model's initial parameters or a
     template of them."""
-    _check_pvec(clip_norm, silos_per_round)
+    participation = participation_argument(participation, silos_per_round, "sdp_fedprox_spider")
+    _check_pvec(clip_norm, participation)
     template = model_template(params)
     fresh_params, diff_params = shuffle.ShuffleParams(*checkpoint_params), shuffle.ShuffleParams(*difference_params)
     mechanism = _pvec(loss_fn, clip_norm, fresh_params, diff_params, template)
@@ -201,21 +212,23 @@ def sdp_fedprox_spider(loss_fn, *, params, step_size, phase_length: int, clip_no
     return _variance_reduced(
         kind=SPIDER, period=phase_length, mechanism=mechanism, step_size=step_size, prox=prox,
         sampling=fresh_sampler.kind, fresh_sampler=fresh_sampler, diff_sampler=diff_sampler, clip_norm=clip_norm,
-        smoothness=smoothness, silos_per_round=int(silos_per_round), output=output, restart_length=None,
-        privacy=_pvec_privacy(SPIDER, phase_length, fresh_params, diff_params, batch_size, diff_k, silos_per_round,
+        smoothness=smoothness, participation=int(participation), output=output, restart_length=None,
+        privacy=_pvec_privacy(SPIDER, phase_length, fresh_params, diff_params, batch_size, diff_k, participation,
                               template.size),
         name=name or "sdp_fedprox_spider")
 
 
 def sdp_fedprox_svrg(loss_fn, *, params, step_size, batch_size: int, epoch_length: int, clip_norm: float,
                      checkpoint_params: shuffle.ShuffleParams, difference_params: shuffle.ShuffleParams,
-                     silos_per_round: int, smoothness: float | None = None, prox=None, output: str = "uniform",
+                     participation: int | None = None, silos_per_round=None,
+                     smoothness: float | None = None, prox=None, output: str = "uniform",
                      restart_length: int | None = None, name: str | None = None) -> FederatedAlgorithm:
     """SDP FedProx-SVRG (Alg. 8; with ``restart_length``, Alg. 9's SDP FedProx-PL-SVRG): checkpoints sum all
     ``M n`` clipped per-record gradients by P_vec, inner steps the ``M K`` clipped differences (bound
     ``2C``); parameters from :func:`jaxfl.accounting.variance_reduced_noise.sdp_svrg_pvec`. ``params``: the model's
     initial parameters or a template of them."""
-    _check_pvec(clip_norm, silos_per_round)
+    participation = participation_argument(participation, silos_per_round, "sdp_fedprox_svrg")
+    _check_pvec(clip_norm, participation)
     template = model_template(params)
     fresh_params, diff_params = shuffle.ShuffleParams(*checkpoint_params), shuffle.ShuffleParams(*difference_params)
     mechanism = _pvec(loss_fn, clip_norm, fresh_params, diff_params, template)
@@ -223,7 +236,7 @@ def sdp_fedprox_svrg(loss_fn, *, params, step_size, batch_size: int, epoch_lengt
     return _variance_reduced(
         kind=SVRG, period=epoch_length, mechanism=mechanism, step_size=step_size, prox=prox, sampling="full",
         fresh_sampler=full, diff_sampler=sampler, clip_norm=clip_norm, smoothness=smoothness,
-        silos_per_round=int(silos_per_round), output=output, restart_length=restart_length,
-        privacy=_pvec_privacy(SVRG, epoch_length, fresh_params, diff_params, None, int(batch_size), silos_per_round,
+        participation=int(participation), output=output, restart_length=restart_length,
+        privacy=_pvec_privacy(SVRG, epoch_length, fresh_params, diff_params, None, int(batch_size), participation,
                               template.size),
         name=name or ("sdp_fedprox_pl_svrg" if restart_length else "sdp_fedprox_svrg"))

@@ -58,7 +58,7 @@ from jaxfl import checks
 from jaxfl.algorithms.common import check_params, check_private_args, is_concrete_zero as is_zero, safe_mean
 from jaxfl.algorithms.accelerated import one_pass_batch, one_pass_privacy
 from jaxfl.engine import local
-from jaxfl.engine.participation import resolve
+from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import Aggregator, make_round, participant_count_sum, weighted_sum
 from jaxfl.privacy import keys as keys_lib
@@ -204,7 +204,7 @@ def _check_common(kind, period, sampling, output, restart_length):
 
 def _variance_reduced(*, kind: str, period, mechanism: _Mechanism, step_size, prox, sampling: str,
                       fresh_sampler: local.Sampler, diff_sampler: local.Sampler, clip_norm, smoothness,
-                      silos_per_round, output: str, restart_length, privacy, name: str) -> FederatedAlgorithm:
+                      participation, output: str, restart_length, privacy, name: str) -> FederatedAlgorithm:
     """The round program of every algorithm of Lowy, Ghafelebashi & Razaviyayn (see the module docstring).
 
     ``kind="spider"``: round ``r`` is a checkpoint (fresh part only) when ``r % period == 0``, else a
@@ -306,7 +306,7 @@ def _variance_reduced(*, kind: str, period, mechanism: _Mechanism, step_size, pr
 
     return FederatedAlgorithm(
         init=init,
-        round=make_round(client, server, resolve(silos_per_round), broadcast=broadcast, per_silo=jnp.arange,
+        round=make_round(client, server, resolve(participation), broadcast=broadcast, per_silo=jnp.arange,
                          aggregator=_pair_aggregator(mechanism.aggregator), participation_key=participation_key),
         privacy=privacy, name=name)
 
@@ -356,7 +356,7 @@ def _gaussian_privacy(kind, period, fresh_sampler, diff_sampler, z_fresh, z_diff
     return privacy
 
 
-def _pvec_privacy(kind, period, fresh_params, diff_params, fresh_reports, diff_reports, silos_per_round, dim: int):
+def _pvec_privacy(kind, period, fresh_params, diff_params, fresh_reports, diff_reports, participation, dim: int):
     """``counts -> RoundPrivacy`` for the shuffle-model versions: each silo's own reports (per silo, its
     counts are P_vec over its own ``K`` reports) and, as ``central``, the shuffled round over the ``M``
     silos' pooled reports (accountant ``"shuffle"``, replace-one neighbours; no amplification by
@@ -376,11 +376,11 @@ def _pvec_privacy(kind, period, fresh_params, diff_params, fresh_reports, diff_r
     def privacy(counts):
         counts = np.asarray(counts)
         real = counts[counts > 0]
-        if not isinstance(silos_per_round, (int, np.integer)) or not 0 < silos_per_round <= len(real):
+        if not isinstance(participation, (int, np.integer)) or not 0 < participation <= len(real):
             raise ValueError("the shuffled (central) guarantee needs a fixed number of silos per round, "
-                             f"1 <= silos_per_round <= {len(real)}; got {silos_per_round!r}")
+                             f"1 <= participation <= {len(real)}; got {participation!r}")
         per_silo = [events(reports, 1)(n) for n in real]
-        central = events(lambda k, n: reports(k, int(real.min())), int(silos_per_round))(int(real.min()))
+        central = events(lambda k, n: reports(k, int(real.min())), int(participation))(int(real.min()))
         return RoundPrivacy(events=tuple(per_silo), level="record",
                             relation=dp_accounting.NeighboringRelation.REPLACE_ONE, central=central)
 
@@ -397,7 +397,8 @@ def _sampler(batch_size):
 
 def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: int | None = None,
                    difference_batch_size: int | None = None, noise_multiplier=0.0, difference_noise_multiplier=None,
-                   smoothness: float | None = None, prox=None, silos_per_round=None, output: str = "last",
+                   smoothness: float | None = None, prox=None, participation=None, silos_per_round=None,
+                   output: str = "last",
                    microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP FedProx-SPIDER (Alg. 3).
 
@@ -431,6 +432,7 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
     round by round through a :class:`~jaxfl.accounting.ledger.RoundCycleDpEvent` (``"lowy"`` for draws
     with replacement, ``"rdp"`` for full batches).
     """
+    participation = participation_argument(participation, silos_per_round, "fedprox_spider")
     private = check_private_args(clip_norm, noise_multiplier)
     z2 = noise_multiplier if difference_noise_multiplier is None else difference_noise_multiplier
     if private and is_zero(z2):
@@ -440,7 +442,7 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
     return _variance_reduced(
         kind=SPIDER, period=phase_length, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, z2, microbatch),
         step_size=step_size, prox=prox, sampling=fresh_sampler.kind, fresh_sampler=fresh_sampler,
-        diff_sampler=diff_sampler, clip_norm=clip_norm, smoothness=smoothness, silos_per_round=silos_per_round,
+        diff_sampler=diff_sampler, clip_norm=clip_norm, smoothness=smoothness, participation=participation,
         output=output, restart_length=None,
         privacy=_gaussian_privacy(SPIDER, phase_length, fresh_sampler, diff_sampler, noise_multiplier, z2)
         if private else None,
@@ -448,7 +450,7 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
 
 
 def alt_fed_spider(loss_fn, *, step_size, batch_size: int, clip_norm, noise_multiplier=0.0,
-                   difference_noise_multiplier=None, silos_per_round=None, output: str = "last",
+                   difference_noise_multiplier=None, participation=None, silos_per_round=None, output: str = "last",
                    microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP Fed-SPIDER, the alternate implementation (Alg. 11, no prox): each of its rounds sends a
     SPIDER difference and a fresh gradient, two messages and two model updates. This is
@@ -458,14 +460,16 @@ def alt_fed_spider(loss_fn, *, step_size, batch_size: int, clip_norm, noise_mult
     (:func:`jaxfl.accounting.variance_reduced_noise.sigma_alt_spider`); the ledger composes all ``2 R`` messages
     (the paper's accounting counts ``R``).
     """
+    participation = participation_argument(participation, silos_per_round, "alt_fed_spider")
     return fedprox_spider(loss_fn, step_size=step_size, phase_length=2, clip_norm=clip_norm, batch_size=batch_size,
                           noise_multiplier=noise_multiplier, difference_noise_multiplier=difference_noise_multiplier,
-                          silos_per_round=silos_per_round, output=output, microbatch=microbatch,
+                          participation=participation, output=output, microbatch=microbatch,
                           name=name or ("dp_alt_fed_spider" if not is_zero(noise_multiplier) else "alt_fed_spider"))
 
 
 def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noise_multiplier=0.0, prox=None,
-                   silos_per_round=None, sampling: str = "one_pass", output: str = "last", microbatch="auto",
+                   participation=None, silos_per_round=None,
+                   sampling: str = "one_pass", output: str = "last", microbatch="auto",
                    name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP noisy distributed proximal SGD (Alg. 6): each available silo sends its clipped minibatch
     gradient at ``w_r`` plus ``N(0, (z C)^2)`` on the sum; ``w_{r+1} = prox_{eta f1}(w_r - eta mean)``
@@ -479,6 +483,7 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
     draws with replacement every round (rounds compose). ``"full"`` (``batch_size=None``): see
     :func:`noisy_prox_gd`.
     """
+    participation = participation_argument(participation, silos_per_round, "noisy_prox_sgd")
     private = check_private_args(clip_norm, noise_multiplier)
     if sampling == "full" or batch_size is None:
         sampling, batch_size = "full", None
@@ -494,24 +499,26 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
     return _variance_reduced(
         kind=SPIDER, period=1, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, None, microbatch),
         step_size=step_size, prox=prox, sampling=sampling, fresh_sampler=sampler, diff_sampler=sampler,
-        clip_norm=clip_norm, smoothness=None, silos_per_round=silos_per_round, output=output, restart_length=None,
+        clip_norm=clip_norm, smoothness=None, participation=participation, output=output, restart_length=None,
         privacy=privacy, name=name or ("dp_prox_sgd" if private else "prox_sgd"))
 
 
-def noisy_prox_gd(loss_fn, *, step_size, clip_norm, noise_multiplier=0.0, prox=None, silos_per_round=None,
+def noisy_prox_gd(loss_fn, *, step_size, clip_norm, noise_multiplier=0.0, prox=None, participation=None,
+                  silos_per_round=None,
                   output: str = "last", microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP noisy distributed proximal gradient descent: :func:`noisy_prox_sgd` on full local batches
     (every round uses every record; rounds compose, e.g. by ``"rdp"``)."""
+    participation = participation_argument(participation, silos_per_round, "noisy_prox_gd")
     private = not is_zero(noise_multiplier)
     return noisy_prox_sgd(loss_fn, step_size=step_size, batch_size=None, clip_norm=clip_norm,
-                          noise_multiplier=noise_multiplier, prox=prox, silos_per_round=silos_per_round,
+                          noise_multiplier=noise_multiplier, prox=prox, participation=participation,
                           sampling="full", output=output, microbatch=microbatch,
                           name=name or ("dp_prox_gd" if private else "prox_gd"))
 
 
 def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip_norm, noise_multiplier=0.0,
                  difference_noise_multiplier=None, smoothness: float | None = None, prox=None,
-                 silos_per_round=None, output: str = "uniform", restart_length: int | None = None,
+                 participation=None, silos_per_round=None, output: str = "uniform", restart_length: int | None = None,
                  microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP FedProx-SVRG (Alg. 1), one round per inner step.
 
@@ -527,13 +534,14 @@ def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip
     per round (accountant ``"lowy"``). Theorem E.2's sigmas:
     :func:`jaxfl.accounting.variance_reduced_noise.sigma_pl_svrg`.
     """
+    participation = participation_argument(participation, silos_per_round, "fedprox_svrg")
     private = check_private_args(clip_norm, noise_multiplier)
     z2 = noise_multiplier if difference_noise_multiplier is None else difference_noise_multiplier
     full, sampler = local.make_sampler(), _sampler(batch_size)
     return _variance_reduced(
         kind=SVRG, period=epoch_length, mechanism=_gaussian(loss_fn, clip_norm, noise_multiplier, z2, microbatch),
         step_size=step_size, prox=prox, sampling="full", fresh_sampler=full, diff_sampler=sampler,
-        clip_norm=clip_norm, smoothness=smoothness, silos_per_round=silos_per_round, output=output,
+        clip_norm=clip_norm, smoothness=smoothness, participation=participation, output=output,
         restart_length=restart_length,
         privacy=_gaussian_privacy(SVRG, epoch_length, full, sampler, noise_multiplier, z2) if private else None,
         name=name or ("dp_fedprox_svrg" if private else "fedprox_svrg"))
@@ -541,16 +549,18 @@ def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip
 
 def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, epochs: int, clip_norm,
                     noise_multiplier=0.0, difference_noise_multiplier=None, smoothness: float | None = None,
-                    prox=None, silos_per_round=None, microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
+                    prox=None, participation=None, silos_per_round=None,
+                    microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP FedProx-PL-SVRG (Alg. 2): :func:`fedprox_svrg` restarted from its uniformly drawn iterate
     every ``epochs * epoch_length`` rounds; run ``S`` restarts as ``S * epochs * epoch_length`` rounds. The
     output is the iterate after the last restart (``state.params`` at a restart boundary).
     Theorem E.2 calibrates ``sigma_1, sigma_2`` for ``S`` restarts
     (:func:`~jaxfl.accounting.variance_reduced_noise.sigma_pl_svrg`).
     """
+    participation = participation_argument(participation, silos_per_round, "fedprox_pl_svrg")
     alg = fedprox_svrg(loss_fn, step_size=step_size, batch_size=batch_size, epoch_length=epoch_length,
                        clip_norm=clip_norm, noise_multiplier=noise_multiplier,
                        difference_noise_multiplier=difference_noise_multiplier, smoothness=smoothness, prox=prox,
-                       silos_per_round=silos_per_round, output="uniform",
+                       participation=participation, output="uniform",
                        restart_length=int(epochs) * int(epoch_length), microbatch=microbatch, name=name)
     return alg._replace(name=name or alg.name.replace("svrg", "pl_svrg"))

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl.engine.participation import poisson, with_replacement
 from jaxfl.audit import ADD_OR_REMOVE_ONE, CANARY_SCALE, REPLACE_ONE, AuditResult, audit, canary_game, linear_loss
 from jaxfl.engine import local
 from jaxfl.engine.protocol import FederatedAlgorithm, schedule_length
@@ -58,7 +59,8 @@ def _local_sgd(**overrides):
 def _dp_fedavg(**overrides):
     from jaxfl.algorithms import dp_fedavg
 
-    kwargs = dict(client_opt=optax.sgd(1.0), local_steps=1, client_rate=RATE, expected_clients=RATE * (BACKGROUND + 1),
+    kwargs = dict(client_opt=optax.sgd(1.0), local_steps=1, participation=poisson(RATE),
+                  expected_clients=RATE * (BACKGROUND + 1),
                   clip_norm=CLIP, noise_multiplier=NOISE, microbatch=None)
     return dp_fedavg(linear_loss, **{**kwargs, **overrides})
 
@@ -127,7 +129,7 @@ def _fedprox_svrg(**overrides):
 def _shuffled_minibatch_sgd(**overrides):
     from jaxfl.algorithms import shuffled
 
-    kwargs = dict(step_size=1.0, clip_norm=CLIP, noise_multiplier=1.0, silos_per_round=1)
+    kwargs = dict(step_size=1.0, clip_norm=CLIP, noise_multiplier=1.0, participation=1)
     return shuffled.shuffled_minibatch_sgd(linear_loss, **{**kwargs, **overrides})
 
 
@@ -173,7 +175,7 @@ def _sdp_prox_sgd(**overrides):
     from jaxfl.algorithms import shuffled
 
     kwargs = dict(params={"w": jnp.zeros(SDP_DIM, jnp.float32)}, step_size=1.0, batch_size=BACKGROUND + 1,
-                  clip_norm=CLIP, shuffle_params=_sdp_prox_sgd_params(), silos_per_round=1)
+                  clip_norm=CLIP, shuffle_params=_sdp_prox_sgd_params(), participation=1)
     return shuffled.sdp_prox_sgd(linear_loss, **{**kwargs, **overrides})
 
 
@@ -192,7 +194,8 @@ def _dp_rec(**overrides):
     from jaxfl.algorithms import dprec
     from jaxfl.compression import rec
 
-    kwargs = dict(params={"w": jnp.zeros(DPREC_DIM, jnp.float32)}, client_opt=optax.sgd(1.0), clients_per_round=2,
+    kwargs = dict(params={"w": jnp.zeros(DPREC_DIM, jnp.float32)}, client_opt=optax.sgd(1.0),
+                  participation=with_replacement(2),
                   batch_size=1, prior_std=0.05, clip_multiplier=0.5, layout=rec.fixed_size(DPREC_DIM, 8, 8),
                   microbatch=None)
     return dprec.dp_rec(linear_loss, **{**kwargs, **overrides})

@@ -111,6 +111,13 @@ def iid(x, y, num_silos: int, *, seed: int) -> FederatedData:
     """Shuffles the records and deals them into ``num_silos`` silos whose sizes differ by at most one.
 
     Every record is assigned exactly once.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> data = iid(x, y, num_silos=4, seed=0)
+      >>> data.num_silos, data.counts.tolist(), data.x.shape       # x: [silos, max records, *features]
+      (4, [5, 5, 5, 5], (4, 5, 2))
     """
     x, y = _check_xy(x, y)
     num_silos = _check_num_silos(num_silos, len(x))
@@ -128,6 +135,13 @@ def one_class_per_silo(x, y, *, classes: Sequence | None = None, max_per_silo: i
       classes: the label of each silo, in silo order; each must occur in ``y``.
       max_per_silo: keep at most this many records per silo: the first ones (``seed=None``) or a
         uniformly random subset (kept in the original order) drawn with ``seed``.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> data = one_class_per_silo(x, y)
+      >>> [sorted(set(data.y[i, :n].tolist())) for i, n in enumerate(data.counts)]
+      [[0], [1], [2], [3]]
     """
     x, y = _check_xy(x, y)
     y = _check_labels(y)
@@ -159,6 +173,12 @@ def label_pairs(x, y, *, pairs: Sequence[Sequence] | None = None, per_label: int
         subset drawn with ``seed``. Must not exceed any used label's count.
       relabel: applied to each silo's labels, e.g. ``lambda y: (y % 2 == 0).astype(np.int32)`` for
         the even = 1 / odd = 0 target. The original labels are kept when None.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> label_pairs(x, y, pairs=[(0, 1), (2, 3)]).counts.tolist()
+      [10, 10]
     """
     x, y = _check_xy(x, y)
     y = _check_labels(y)
@@ -190,6 +210,13 @@ def sorted_by_target(x, y, num_silos: int, *, rule: str = "ceil") -> FederatedDa
       rule: ``"ceil"`` (the authors' code): the first ``num_silos - 1`` silos hold
         ``ceil(n / num_silos)`` records and the last holds the rest; ``"even"``: sizes differ by at
         most one.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> data = sorted_by_target(x, y, 2)
+      >>> data.y[0, :data.counts[0]].tolist()                       # the first silo holds the smallest targets
+      [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
     """
     x, y = _check_xy(x, y)
     if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):
@@ -220,6 +247,13 @@ def dirichlet(x, y, num_silos: int, *, alpha: float, seed: int, min_per_silo: in
     silos. Hsu et al. (2019)'s per-silo scheme, equal sizes and a sharper skew at the same ``alpha``,
     is :func:`dirichlet_mix`. Every record is assigned exactly once. Draws are repeated (at most
     ``max_tries`` times) until every silo holds at least ``min_per_silo`` records.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> data = dirichlet(x, y, 3, alpha=0.5, seed=0)               # small alpha: skewed class mixes and sizes
+      >>> data.counts.tolist(), int(data.counts.sum())
+      ([2, 7, 11], 20)
     """
     x, y = _check_xy(x, y)
     y = _check_labels(y)
@@ -261,6 +295,12 @@ def dirichlet_mix(x, y, num_silos: int, *, alpha: float, seed: int) -> Federated
     draws a class from its silo's ``q_i`` restricted to the classes that still have records (the
     distribution of redrawing until an unexhausted class comes up), then takes that class's next record
     of a shuffled order. So late slots of silos whose favourite classes ran out take other classes.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> dirichlet_mix(x, y, 4, alpha=1.0, seed=0).counts.tolist()   # equal sizes, each silo its own mix
+      [5, 5, 5, 5]
     """
     x, y = _check_xy(x, y)
     y = _check_labels(y)
@@ -309,6 +349,12 @@ def shards(x, y, num_silos: int, shards_per_silo: int, *, seed: int) -> Federate
     """McMahan et al. (2017) pathological non-iid split: sort by label, cut into
     ``num_silos * shards_per_silo`` contiguous shards (sizes differ by at most one), and give each
     silo ``shards_per_silo`` shards chosen at random. Every record is assigned exactly once.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> shards(x, y, 4, 2, seed=0).counts.tolist()               # 8 label-sorted shards, 2 per silo
+      [5, 5, 5, 5]
     """
     x, y = _check_xy(x, y)
     y = _check_labels(y)
@@ -330,6 +376,12 @@ def by_silo_ids(x, y, silo_ids, *, num_silos: int | None = None) -> FederatedDat
     Args:
       silo_ids: ``int[n]`` in ``0..num_silos-1``.
       num_silos: default ``max(silo_ids) + 1``; every silo must receive at least one record.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> by_silo_ids(x, y, np.arange(20) % 3).counts.tolist()
+      [7, 7, 6]
     """
     x, y = _check_xy(x, y)
     ids = np.asarray(silo_ids)
@@ -357,6 +409,13 @@ def train_test_split_per_silo(fd: FederatedData, test_fraction: float, *, seed: 
 
     Raises:
       ValueError: ``test_fraction`` outside (0, 1), or a silo too small to give both parts a record.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> train, test = train_test_split_per_silo(iid(x, y, num_silos=4, seed=0), 0.2, seed=0)
+      >>> train.counts.tolist(), test.counts.tolist()
+      ([4, 4, 4, 4], [1, 1, 1, 1])
     """
     checks.probability("test_fraction", test_fraction, open_high=True)
     rng = _rng(seed)
@@ -382,6 +441,10 @@ def choose_silo_classes(num_silos: int, labels: Sequence, classes_per_silo: int,
     Returns:
       ``[num_silos, classes_per_silo]`` labels, each row sorted; pass it to :func:`class_limited` for the
       train split and again for the test split so that both are divided the same way.
+
+    Example:
+      >>> choose_silo_classes(3, [0, 1, 2, 3], 2, seed=0).tolist()
+      [[2, 3], [0, 1], [0, 3]]
     """
     num_silos = checks.positive_int("num_silos", num_silos)
     labels = np.unique(np.asarray(labels))
@@ -410,6 +473,13 @@ def class_limited(x, y, silo_classes, *, total: int | None = None, seed: int) ->
         labels present in ``y``; a row may not repeat a label).
       total: records to deal (default: all ``n``).
       seed: the draw of records (and of which classes get a silo's remainder).
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4    # 20 records, 4 classes
+      >>> classes = choose_silo_classes(3, [0, 1, 2, 3], 2, seed=0)
+      >>> class_limited(x, y, classes, total=12, seed=0).counts.tolist()
+      [4, 4, 4]
     """
     x, y = _check_xy(x, y)
     y = _check_labels(y)

@@ -110,6 +110,13 @@ def standardize(train, *others, columns: Sequence[int] | None = None, ddof: int 
 
     Returns:
       ``(train_std, *others_std, fit)`` with ``fit`` an :class:`AffineFit`.
+
+    Example:
+      >>> import numpy as np
+      >>> x = np.arange(40, dtype=np.float32).reshape(20, 2)
+      >>> train, test, fit = standardize(x[:10], x[10:])          # statistics of the training part only
+      >>> train.mean(axis=0).round(6).tolist(), train.std(axis=0).round(6).tolist(), test.shape
+      ([0.0, 0.0], [1.0, 1.0], (10, 2))
     """
     train = _check_train(train)
     if ddof not in (0, 1) or train.shape[0] <= ddof:
@@ -132,6 +139,13 @@ def minmax_scale(train, *others, feature_range: tuple[float, float] = (0.0, 1.0)
 
     Returns:
       ``(train_scaled, *others_scaled, fit)`` with ``fit`` an :class:`AffineFit`.
+
+    Example:
+      >>> import numpy as np
+      >>> x = np.arange(40, dtype=np.float32).reshape(20, 2)
+      >>> train, test, fit = minmax_scale(x[:10], x[10:])
+      >>> float(train.min()), float(train.max()), round(float(test.max()), 4)   # the test part may leave [0, 1]
+      (0.0, 1.0, 2.1111)
     """
     train = _check_train(train)
     lo, hi = map(float, feature_range)
@@ -158,6 +172,13 @@ def pca(train, *others, dim: int):
 
     Returns:
       ``(train_proj, *others_proj, fit)``: ``[n, dim]`` arrays and a :class:`PCAFit`.
+
+    Example:
+      >>> import numpy as np
+      >>> x = np.arange(40, dtype=np.float32).reshape(20, 2)
+      >>> train, test, fit = pca(x[:10], x[10:], dim=1)
+      >>> train.shape, test.shape
+      ((10, 1), (10, 1))
     """
     train = _check_train(train)
     x = train.reshape(train.shape[0], -1).astype(np.float64)
@@ -179,7 +200,13 @@ def pca(train, *others, dim: int):
 
 
 def one_hot(y, num_classes: int | None = None, dtype=np.float32) -> np.ndarray:
-    """``int[...]`` labels in ``0..num_classes-1`` to ``dtype[..., num_classes]`` (default: max + 1)."""
+    """``int[...]`` labels in ``0..num_classes-1`` to ``dtype[..., num_classes]`` (default: max + 1).
+
+    Example:
+      >>> import numpy as np
+      >>> one_hot(np.array([0, 2, 1])).tolist()
+      [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
+    """
     y = np.asarray(y)
     if not np.issubdtype(y.dtype, np.integer):
         if not (np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y))):
@@ -194,7 +221,13 @@ def one_hot(y, num_classes: int | None = None, dtype=np.float32) -> np.ndarray:
 
 
 def add_bias_column(x, value: float = 1.0, *, first: bool = True) -> np.ndarray:
-    """``[n, d]`` to ``[n, d + 1]`` with a constant column (first, as Lowy & Razaviyayn's code, or last)."""
+    """``[n, d]`` to ``[n, d + 1]`` with a constant column (first, as Lowy & Razaviyayn's code, or last).
+
+    Example:
+      >>> import numpy as np
+      >>> add_bias_column(np.zeros((2, 2))).tolist()
+      [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    """
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"add_bias_column needs x: [n, d], got shape {x.shape}")

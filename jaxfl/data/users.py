@@ -36,6 +36,14 @@ def group_by_user(fd: FederatedData, records_per_user: int, *, seed: int | None 
 
     Raises:
       ValueError: ``records_per_user`` not a positive integer, or a silo with fewer records than one user.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxfl.data import iid
+      >>> x, y = np.arange(40, dtype=np.float32).reshape(20, 2), np.arange(20) % 4
+      >>> users = group_by_user(iid(x, y, num_silos=2, seed=0), records_per_user=2, seed=0)
+      >>> users.x.shape, users.counts.tolist()     # [silos, users, records per user, *features]: 5 users a silo
+      ((2, 5, 2, 2), [5, 5])
     """
     k = checks.positive_int("records_per_user", records_per_user)
     counts = np.asarray(fd.counts)

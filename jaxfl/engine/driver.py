@@ -110,6 +110,18 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
     for an add/remove-one statement). ``central=True``: the ledger of the shuffled (central) guarantee of a
     shuffle-model algorithm (``RoundPrivacy.central``; accountant ``"shuffle"``), None if the algorithm
     states none. Needs no ``init``: an algorithm's privacy statement exists as soon as it is built.
+
+    Example:
+      >>> import optax
+      >>> from jaxfl.algorithms import minibatch_sgd
+      >>> from jaxfl.models import logistic_loss
+      >>> algorithm = minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0), sampling_rate=0.2, expected_batch_size=20,
+      ...                           clip_norm=1.0, noise_multiplier=2.0)
+      >>> ledger = make_ledger(algorithm, counts=[100, 100, 100, 100])    # before any training: how far can we go?
+      >>> ledger.record(50)                                               # 50 rounds
+      SiloLedger(accountant='rdp', num_silos=4, groups=1, rounds=50)
+      >>> round(ledger.epsilon(1e-5), 2)                                  # each silo's epsilon (ISRL-DP), the worst
+      3.85
     """
     if algorithm.privacy is None:
         return None

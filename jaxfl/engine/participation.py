@@ -1,10 +1,29 @@
-"""Which silos take part in a round: ``(round_key, counts) -> weights float32[num_silos]``.
+"""Which silos take part in a round: every factory's ``participation=`` argument.
 
-Each silo's draw comes from its own key ``derive(round, silo, 0, PARTICIPATION)``, so whether silo
-``i`` takes part depends only on ``(root, round, i)``. Silos with zero records (padding) never do.
+One argument, the same in every algorithm that samples silos:
+
+* ``None``: every silo with records takes part in every round (:func:`all_silos`);
+* an int ``M``: ``M`` silos drawn uniformly without replacement (:func:`uniform`);
+* :func:`poisson` ``(q)``: each silo independently with probability ``q`` (DP-FedAvg's client sampling);
+* :func:`with_replacement` ``(B)``: ``B`` slots filled with replacement (DP-REC's client sampling).
+
+An algorithm takes the rules its privacy analysis covers and names the one to use otherwise (DP-FedAvg's
+accounting is for Poisson sampling, DP-REC's for slots drawn with replacement, the shuffle model's for a fixed
+``M``). Each silo's draw comes from its own key ``derive(round, silo, 0, PARTICIPATION)``, so whether silo ``i``
+takes part depends only on ``(root, round, i)``. Silos with zero records (padding) never do.
+
+Example:
+  >>> from jaxfl.engine import participation
+  >>> participation.resolve(3).max_participants            # an int M: M silos, uniformly without replacement
+  3
+  >>> participation.poisson(0.1).rate
+  0.1
+  >>> participation.with_replacement(8).slots
+  8
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -17,11 +36,13 @@ from jaxfl.privacy import uniform as uniform_draws
 class Participation(NamedTuple):
     """A participation rule: ``rule(round_key, counts) -> weights float32[num_silos]`` and, where the rule
     bounds it, ``max_participants`` (``M`` for :func:`uniform`), which lets
-    :func:`jaxfl.engine.rounds.make_round` run the client on the participants only. Any function of that
-    signature may stand in for one (:func:`resolve` wraps it, without a bound)."""
+    :func:`jaxfl.engine.rounds.make_round` run the client on the participants only; ``rate`` is ``q`` for
+    :func:`poisson` (an accountant needs it), else None. Any function of that signature may stand in for one
+    (:func:`resolve` wraps it, without a bound)."""
 
     weights: Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
     max_participants: int | None = None
+    rate: float | jax.Array | None = None
 
     def __call__(self, round_key, counts):
         return self.weights(round_key, counts)
@@ -40,21 +61,21 @@ def all_silos() -> Participation:
     return Participation(lambda round_key, counts: (counts > 0).astype(jnp.float32))
 
 
-def uniform(silos_per_round: int) -> Participation:
-    """``silos_per_round`` silos drawn uniformly without replacement (Lowy & Razaviyayn's ``M_r = M``).
+def uniform(count: int) -> Participation:
+    """``count`` silos (``M``) drawn uniformly without replacement (Lowy & Razaviyayn's ``M_r = M``); what
+    ``participation=M`` means in every factory.
 
-    Uses the ``silos_per_round`` largest per-silo uniforms among the silos with records. Its
-    ``max_participants`` (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the client on the participants
-    only.
+    Uses the ``count`` largest per-silo uniforms among the silos with records. Its ``max_participants``
+    (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the client on the participants only.
     """
-    m = int(silos_per_round)
+    m = int(count)
     if m < 1:
-        raise ValueError(f"silos_per_round must be >= 1, got {silos_per_round}")
+        raise ValueError(f"participation must be >= 1 silo per round, got {count}")
 
     def weights(round_key, counts):
         n = counts.shape[0]
         if m > n:
-            raise ValueError(f"silos_per_round={m} exceeds the number of silos ({n})")
+            raise ValueError(f"participation={m} exceeds the number of silos ({n})")
         u = jnp.where(counts > 0, _silo_uniforms(round_key, n), -1.0)
         _, chosen = jax.lax.top_k(u, m)
         return jnp.zeros(n, jnp.float32).at[chosen].set(1.0) * (counts > 0)
@@ -69,7 +90,7 @@ def poisson(rate) -> Participation:
         u = _silo_uniforms(round_key, counts.shape[0])
         return ((u < rate) & (counts > 0)).astype(jnp.float32)
 
-    return Participation(weights)
+    return Participation(weights, rate=rate)
 
 
 def resolve(participation, num_silos_hint=None) -> Participation:
@@ -86,7 +107,30 @@ def resolve(participation, num_silos_hint=None) -> Participation:
     raise ValueError(f"participation must be None, an int or a callable, got {participation!r}")
 
 
-def with_replacement(slots: int):
+def argument(participation, silos_per_round, factory: str):
+    """A factory's ``participation``, given under that name or its deprecated one, ``silos_per_round`` (which
+    warns; both at once is an error)."""
+    if silos_per_round is None:
+        return participation
+    if participation is not None:
+        raise ValueError(f"{factory}: give participation= only (silos_per_round= is its deprecated name)")
+    warnings.warn(f"{factory}(silos_per_round=...) is deprecated: use participation= (the same values)",
+                  DeprecationWarning, stacklevel=3)
+    return silos_per_round
+
+
+class Slots(NamedTuple):
+    """``slots`` silo ids drawn with replacement each round (:func:`with_replacement`):
+    ``draw(round_key, counts) -> int32[slots]``; for :func:`jaxfl.engine.rounds.make_slot_round`."""
+
+    draw: Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
+    slots: int
+
+    def __call__(self, round_key, counts):
+        return self.draw(round_key, counts)
+
+
+def with_replacement(slots: int) -> Slots:
     """``(round_key, counts) -> int32[slots]``: silo ids drawn uniformly **with replacement** among the
     silos with records (DP-REC's client sampling; a silo may fill several slots). The draw is the
     server's, from ``derive(round, SERVER, 0, PARTICIPATION)``; use with
@@ -101,4 +145,4 @@ def with_replacement(slots: int):
         real = (counts > 0).astype(jnp.float32)
         return jax.random.choice(key, counts.shape[0], (b,), replace=True, p=real / jnp.sum(real)).astype(jnp.int32)
 
-    return draw
+    return Slots(draw, b)

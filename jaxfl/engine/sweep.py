@@ -57,7 +57,12 @@ class SweepResult(NamedTuple):
 
 
 def grid_points(grid: dict[str, Sequence]) -> list[dict]:
-    """The Cartesian product of ``grid`` as a list of dicts (row-major in the keys' order)."""
+    """The Cartesian product of ``grid`` as a list of dicts (row-major in the keys' order).
+
+    Example:
+      >>> grid_points({"lr": [0.1, 0.3], "z": [1.0, 2.0]})
+      [{'lr': 0.1, 'z': 1.0}, {'lr': 0.1, 'z': 2.0}, {'lr': 0.3, 'z': 1.0}, {'lr': 0.3, 'z': 2.0}]
+    """
     names = list(grid)
     return [dict(zip(names, values)) for values in itertools.product(*(list(grid[n]) for n in names))]
 

@@ -74,7 +74,15 @@ def _conv(features: int, kernel: tuple[int, int], fan_in: int, torch_init: bool,
 
 
 class MnistMLP(nn.Module):
-    """``Dense(hidden) -> ReLU -> Dense(1)``: ``x: [..., 50]`` -> one logit ``[...]`` (even = 1)."""
+    """``Dense(hidden) -> ReLU -> Dense(1)``: ``x: [..., 50]`` -> one logit ``[...]`` (even = 1).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> model = MnistMLP()
+      >>> variables = init_params(model, jax.random.key(0), (50,))
+      >>> model.apply(variables, jnp.zeros((8, 50))).shape   # one logit per record
+      (8,)
+    """
 
     hidden: int = 64
     torch_init: bool = True
@@ -99,6 +107,13 @@ class CifarCNN(nn.Module):
     (456 + 2416 + 48120 + 10164 + 850). The flatten is in HWC order (PyTorch flattens CHW), which
     permutes the first dense layer's rows and changes nothing else. A single image ``[32, 32, 3]``
     gives ``[10]``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> model = CifarCNN()
+      >>> variables = init_params(model, jax.random.key(0), (32, 32, 3))
+      >>> model.apply(variables, jnp.zeros((2, 32, 32, 3))).shape
+      (2, 10)
     """
 
     num_classes: int = CIFAR_CLASSES
@@ -124,12 +139,25 @@ class CifarCNN(nn.Module):
 
 def init_params(module: nn.Module, key: jax.Array, input_shape: Sequence[int]):
     """``module.init`` on a zero batch of one record of shape ``input_shape`` (no batch axis), e.g.
-    ``init_params(CifarCNN(), key, (32, 32, 3))``. Returns the flax variables ``{"params": ...}``."""
+    ``init_params(CifarCNN(), key, (32, 32, 3))``. Returns the flax variables ``{"params": ...}``.
+
+    Example:
+      >>> import jax
+      >>> variables = init_params(CifarCNN(), jax.random.key(0), (32, 32, 3))
+      >>> num_params(variables["params"])
+      62006
+    """
     return module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
 
 
 def num_params(params) -> int:
-    """Total number of scalars in a parameter pytree."""
+    """Total number of scalars in a parameter pytree.
+
+    Example:
+      >>> from jaxfl.models import init_linear
+      >>> num_params(init_linear(5, 3))
+      18
+    """
     return int(sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(params)))
 
 
@@ -139,12 +167,24 @@ def num_params(params) -> int:
 
 def binary_logistic_loss(logit, y):
     """Numerically stable binary cross-entropy of ``sigmoid(logit)`` against ``y`` in {0, 1}:
-    ``softplus(logit) - y * logit``. ``logit``, ``y``: scalars (or equal shapes)."""
+    ``softplus(logit) - y * logit``. ``logit``, ``y``: scalars (or equal shapes).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> round(float(binary_logistic_loss(jnp.array(0.0), 1)), 4)      # log 2
+      0.6931
+    """
     return optax.sigmoid_binary_cross_entropy(logit, jnp.asarray(y).astype(jnp.result_type(logit)))
 
 
 def softmax_cross_entropy(logits, y):
-    """``logsumexp(logits) - logits[y]`` for ``logits: [k]`` and an integer class ``y``."""
+    """``logsumexp(logits) - logits[y]`` for ``logits: [k]`` and an integer class ``y``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> round(float(softmax_cross_entropy(jnp.zeros(10), 3)), 4)   # log 10
+      2.3026
+    """
     return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
 

@@ -37,7 +37,15 @@ class ClippedSum(NamedTuple):
 
 def per_example_grads(loss_fn: PerExampleLoss, params, x, y):
     """Gradients of ``loss_fn`` at each record: leaves shaped ``[batch, *param_shape]`` (on the CPU backend
-    with :func:`jaxfl.models.rewrite.for_backend`'s convolutions and pooling, as every sum of this module)."""
+    with :func:`jaxfl.models.rewrite.for_backend`'s convolutions and pooling, as every sum of this module).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x, y = jnp.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]), jnp.array([1.0, 0.0, 1.0])
+      >>> jax.tree_util.tree_map(jnp.shape, per_example_grads(logistic_loss, init_linear(2), x, y))
+      {'b': (3,), 'w': (3, 2)}
+    """
     return jax.vmap(jax.grad(for_backend(loss_fn)), in_axes=(None, 0, 0))(params, x, y)
 
 
@@ -63,6 +71,12 @@ def clip_by_global_norm(grads, clip_norm):
       clip_norm: scalar ``C > 0``; ``inf`` means no clipping. May be traced.
     Returns:
       ``(clipped, norms)`` with ``norms: [batch]`` the pre-clipping global norms.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> clipped, norms = clip_by_global_norm({"w": jnp.array([[3.0, 4.0], [0.3, 0.4]])}, 1.0)
+      >>> clipped["w"].tolist(), norms.tolist()          # the first row (norm 5) scaled to norm 1, the second kept
+      ([[0.6000000238418579, 0.800000011920929], [0.30000001192092896, 0.4000000059604645]], [5.0, 0.5])
     """
     norms = _global_norms(grads)
     scale = _clip_factor(norms, clip_norm)
@@ -110,6 +124,16 @@ def clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_norm, *, 
         out of every per-example norm, so the clipping, ``sensitivity`` and ``num_clipped`` concern the other
         parameters only. For parameters that are never released (Huang et al.'s owner-private layers, see
         :func:`jaxfl.algorithms.personalized`): both sums from one forward pass instead of two.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x, y = jnp.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]), jnp.array([1.0, 0.0, 1.0])
+      >>> out = clipped_grad_sum(logistic_loss, init_linear(2), x, y, jnp.array([1.0, 1.0, 0.0]), clip_norm=0.5)
+      >>> float(out.count), float(out.sensitivity), float(out.num_clipped)   # the third record is masked out
+      (2.0, 0.5, 2.0)
+      >>> round(float(jnp.linalg.norm(out.value["w"])), 4)   # at most count * clip_norm
+      0.6116
     """
     if method not in ("auto", "explicit"):
         raise ValueError(f"clipping method must be 'auto' or 'explicit', got {method!r}")
@@ -256,6 +280,12 @@ def clip_update(update, clip_norm):
     """Clips a whole pytree (e.g. a client's model delta) to global L2 norm ``clip_norm``.
 
     Returns ``(clipped, norm)``; used for client-level (user-level) DP.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> clipped, norm = clip_update({"w": jnp.array([3.0, 4.0])}, 1.0)
+      >>> clipped["w"].tolist(), float(norm)
+      ([0.6000000238418579, 0.800000011920929], 5.0)
     """
     norm = optax.tree.norm(update)
     scale = _clip_factor(norm, clip_norm)

@@ -14,6 +14,15 @@ def gaussian_like(key: jax.Array, tree, std):
     Leaf ``i`` uses ``fold_in(key, i)``, so adding a parameter never changes the noise of another; its
     samples come from :func:`jaxfl.privacy.normal.standard_normal` (two samples per threefry call).
     ``std`` may be traced; ``std = 0`` gives exact zeros.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> noise = gaussian_like(jax.random.key(0), {"b": jnp.zeros(3), "w": jnp.zeros((2, 3))}, std=2.0)
+      >>> jax.tree_util.tree_map(jnp.shape, noise)
+      {'b': (3,), 'w': (2, 3)}
+      >>> again = gaussian_like(jax.random.key(0), {"b": jnp.zeros(3), "w": jnp.zeros((2, 3))}, std=2.0)
+      >>> bool(jnp.all(noise["w"] == again["w"]))          # the key addresses the draw
+      True
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     noisy = [
@@ -24,7 +33,15 @@ def gaussian_like(key: jax.Array, tree, std):
 
 
 def add_gaussian_noise(key: jax.Array, tree, std):
-    """``tree + N(0, std^2 I)`` with the noise of :func:`gaussian_like`."""
+    """``tree + N(0, std^2 I)`` with the noise of :func:`gaussian_like`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> tree = {"w": jnp.ones(4)}
+      >>> noisy = add_gaussian_noise(jax.random.key(1), tree, std=0.5)
+      >>> bool(jnp.allclose(noisy["w"], 1.0 + gaussian_like(jax.random.key(1), tree, 0.5)["w"]))
+      True
+    """
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))
 
 

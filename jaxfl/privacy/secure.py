@@ -64,7 +64,14 @@ CLAMP = 2 ** 22
 
 
 def os_random_key() -> jax.Array:
-    """A typed threefry key whose 64 bits come from the operating system's CSPRNG (``os.urandom``)."""
+    """A typed threefry key whose 64 bits come from the operating system's CSPRNG (``os.urandom``).
+
+    Example:
+      >>> import jax
+      >>> key = os_random_key()                              # a new key on every call
+      >>> jax.random.key_data(key).shape
+      (2,)
+    """
     return jax.random.wrap_key_data(np.frombuffer(os.urandom(8), dtype=np.uint32).copy(), impl="threefry2x32")
 
 

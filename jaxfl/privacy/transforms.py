@@ -42,6 +42,16 @@ def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array
     (:class:`jaxfl.privacy.secure.LatticeGaussian`), safe against floating-point attacks; ``C`` and ``z`` must then
     be Python numbers, the key should come from :func:`jaxfl.privacy.secure.os_random_key`, and the accountant
     takes ``LatticeGaussian(C, z, d).event()`` (``d`` the number of parameters), not ``z``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> tx = optax.chain(differentially_private_aggregate(clip_norm=1.0, noise_multiplier=1.1, key=jax.random.key(0)),
+      ...                  optax.sgd(0.1))
+      >>> params = {"w": jnp.zeros(3)}
+      >>> per_example = {"w": jnp.ones((8, 3))}          # 8 records' gradients, each of norm sqrt(3)
+      >>> updates, state = tx.update(per_example, tx.init(params), params)
+      >>> updates["w"].shape
+      (3,)
     """
     if secure and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                           for v in (clip_norm, noise_multiplier)):
@@ -67,7 +77,15 @@ def differentially_private_aggregate(clip_norm, noise_multiplier, key: jax.Array
 
 
 def gaussian_noise(noise_std, key: jax.Array) -> optax.GradientTransformation:
-    """Adds ``N(0, noise_std^2 I)`` to (already aggregated) updates, e.g. a server's noisy mean."""
+    """Adds ``N(0, noise_std^2 I)`` to (already aggregated) updates, e.g. a server's noisy mean.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> tx = gaussian_noise(0.1, jax.random.key(0))
+      >>> updates, _ = tx.update({"w": jnp.zeros(3)}, tx.init({"w": jnp.zeros(3)}))
+      >>> updates["w"].shape
+      (3,)
+    """
 
     def update(updates, state, params=None):
         del params

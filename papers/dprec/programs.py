@@ -19,6 +19,7 @@ from jaxfl.studies.report import Column, Report, Table
 from jaxfl.studies.spec import Family, Program, Select, Study, Trial
 from jaxfl.models import nets
 from jaxfl.privacy import keys as keys_lib
+from jaxfl.engine.participation import poisson, with_replacement
 
 
 PAPER = "Triastcyn, Reisser & Louizos, DP-REC: Private & Communication-Efficient Federated Learning (Triastcyn et al.)"
@@ -64,12 +65,13 @@ def _build(method: str, static: dict, *, epsilon, clip_multiplier=None, noise_mu
     per_pass = 1 if jax.default_backend() == "cpu" else None   # one client at a time on CPU (make_slot_round)
     b = static["clients_per_round"]
     if method == "dp_rec":
-        return dp_rec(loss, params=_template(module), client_opt=optax.sgd(s["client_lr"]), clients_per_round=b,
+        return dp_rec(loss, params=_template(module), client_opt=optax.sgd(s["client_lr"]),
+                      participation=with_replacement(b),
                       batch_size=s["batch_size"], prior_std=s["prior_std"], clip_multiplier=clip_multiplier,
                       layout=rec.per_tensor(_template(module), BITS_PER_TENSOR), server_opt=s["server_opt"](),
                       clients_per_pass=per_pass)
     return dp_fedavg(loss, client_opt=optax.sgd(s["client_lr"]), local_epochs=1, batch_size=s["batch_size"],
-                     client_rate=b / static["clients"], expected_clients=b, clip_norm=s["fedavg_clip"],
+                     participation=poisson(b / static["clients"]), expected_clients=b, clip_norm=s["fedavg_clip"],
                      noise_multiplier=noise_multiplier,
                      server_opt=s["server_opt"](), clients_per_pass=per_pass or b)
 

@@ -39,14 +39,14 @@ def _build(family: str, static: dict, *, epsilon, step_size, unit_z, lipschitz, 
     k, m, scripts = static["batch_size"], static["silos_per_round"], static["scripts"]
     if family == "mbsgd" and scripts:
         return noisy_sgd.authors_scripts_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k,
-                                                        clip_norm=clip, noise_multiplier=z, silos_per_round=m,
+                                                        clip_norm=clip, noise_multiplier=z, participation=m,
                                                         **dict(scripts))
     if family == "mbsgd":
         return noisy_sgd.noisy_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k, clip_norm=clip,
-                                              noise_multiplier=z, silos_per_round=m)
+                                              noise_multiplier=z, participation=m)
     window = {"averaging": "window", "window": 8} if scripts else {}
     return noisy_sgd.noisy_local_sgd(static["loss"], step_size=step_size, local_steps=k, clip_norm=clip,
-                                      noise_multiplier=z, silos_per_round=m, **window)
+                                      noise_multiplier=z, participation=m, **window)
 
 
 def _unit_z(family: str, study: Study, trial: Trial):

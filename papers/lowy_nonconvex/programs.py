@@ -48,16 +48,16 @@ def _build(family: str, static: dict, *, epsilon, step_size, clip_norm, unit_z, 
         z = jax.tree_util.tree_map(lambda u: u * scale, unit_z)
     if family == "mbsgd":
         return minibatch_sgd(loss, server_opt=optax.sgd(step_size), batch_size=k, clip_norm=clip_norm,
-                             noise_multiplier=z, silos_per_round=m)
+                             noise_multiplier=z, participation=m)
     if family == "local":
         return local_sgd(loss, client_opt=optax.sgd(step_size), local_steps=k, batch_size=1, clip_norm=clip_norm,
-                         noise_multiplier=z, silos_per_round=m, clients_per_pass=static.get("clients_per_pass"))
+                         noise_multiplier=z, participation=m, clients_per_pass=static.get("clients_per_pass"))
     if family == "spider":
         return variance_reduced.fedprox_spider(loss, step_size=step_size, phase_length=q, clip_norm=clip_norm,
                                          batch_size=k, noise_multiplier=z[0], difference_noise_multiplier=z[1],
-                                         silos_per_round=m)
+                                         participation=m)
     return variance_reduced.alt_fed_spider(loss, step_size=step_size, batch_size=k, clip_norm=clip_norm,
-                                     noise_multiplier=z[0], difference_noise_multiplier=z[1], silos_per_round=m)
+                                     noise_multiplier=z[0], difference_noise_multiplier=z[1], participation=m)
 
 
 def _programs(family: str):

@@ -9,6 +9,7 @@ import pytest
 from _helpers import make_silos
 from jax.flatten_util import ravel_pytree
 
+from jaxfl.engine.participation import with_replacement
 from jaxfl.accounting.dprec import DprecDpEvent
 from jaxfl.algorithms import dprec as dp_rec_lib
 from jaxfl.compression import history, rec
@@ -25,14 +26,14 @@ def _setup(num_silos=6, clients_per_round=4, **kw):
     data = from_silos(make_silos([30, 25, 40, 20, 35, 28][:num_silos], features=5))
     params = init_linear(5)
     algo = dp_rec_lib.dp_rec(logistic_loss, params=params, client_opt=optax.sgd(0.1),
-                             clients_per_round=clients_per_round, batch_size=8, prior_std=SIGMA, clip_multiplier=1.0,
-                             **kw)
+                             participation=with_replacement(clients_per_round), batch_size=8, prior_std=SIGMA,
+                             clip_multiplier=1.0, **kw)
     return data, algo, params
 
 
 def test_with_replacement_draws_only_real_silos_uniformly():
     counts = jnp.asarray([5, 5, 0, 5, 0], jnp.int32)
-    draw = jax.jit(participation.with_replacement(3))
+    draw = jax.jit(participation.with_replacement(3).draw)
     picks = np.concatenate([np.asarray(draw(jax.random.PRNGKey(i), counts)) for i in range(600)])
     freq = np.bincount(picks, minlength=5) / picks.size
     assert freq[2] == 0 and freq[4] == 0
@@ -88,7 +89,7 @@ def test_decoded_updates_average_to_the_clipped_update():
     """Over many rounds of one silo, the mean decoded update approaches the silo's clipped update."""
     data = from_silos(make_silos([40], features=5))
     params = init_linear(5)
-    algo = dp_rec_lib.dp_rec(logistic_loss, params=params, client_opt=optax.sgd(0.5), clients_per_round=1,
+    algo = dp_rec_lib.dp_rec(logistic_loss, params=params, client_opt=optax.sgd(0.5), participation=with_replacement(1),
                              batch_size=40, prior_std=SIGMA, clip_multiplier=0.8, layout=rec.whole(6, 8))
     state = algo.init(params)
     steps = jax.jit(jax.vmap(lambda k: ravel_pytree(algo.round(state, data, k)[0].params)[0]))(
@@ -126,7 +127,8 @@ def test_privacy_is_one_with_replacement_round_of_dprec_steps():
     assert privacy.events == (dp_accounting.SampledWithReplacementDpEvent(6, 4, DprecDpEvent(1.0, 14)),)
     # a template of shapes is enough, and gives the same statement
     template = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
-    shaped = dp_rec_lib.dp_rec(logistic_loss, params=template, client_opt=optax.sgd(0.1), clients_per_round=4,
+    shaped = dp_rec_lib.dp_rec(logistic_loss, params=template, client_opt=optax.sgd(0.1),
+                               participation=with_replacement(4),
                                batch_size=8, prior_std=SIGMA, clip_multiplier=1.0)
     assert shaped.privacy(np.asarray(data.counts)) == privacy
     with pytest.raises(ValueError, match="init got params"):
@@ -137,7 +139,8 @@ def test_privacy_is_one_with_replacement_round_of_dprec_steps():
                                           ({"prior_std": 0.0}, "prior_std"),
                                           ({"clip_multiplier": float("inf")}, "clip_multiplier")])
 def test_bad_hyperparameters_are_named(kwargs, match):
-    args = dict(params=init_linear(5), client_opt=optax.sgd(0.1), clients_per_round=4, batch_size=8, prior_std=SIGMA,
+    args = dict(params=init_linear(5), client_opt=optax.sgd(0.1), participation=with_replacement(4), batch_size=8,
+                prior_std=SIGMA,
                 clip_multiplier=1.0)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):

@@ -246,7 +246,7 @@ def test_shuffled_mbsgd_states_silo_and_central_guarantees():
     from jaxfl.engine.driver import make_ledger
 
     alg = shuffled.shuffled_minibatch_sgd(logistic_loss, step_size=0.1, clip_norm=1.0, noise_multiplier=12.0,
-                                      silos_per_round=2000)
+                                      participation=2000)
     counts = np.full(4000, 500)
     silo = make_ledger(alg, counts, "lowy").record(5)
     central = make_ledger(alg, counts, "shuffle", central=True).record(5)
@@ -259,10 +259,10 @@ def test_shuffled_mbsgd_states_silo_and_central_guarantees():
 
 def test_shuffled_mbsgd_trains_and_permutes_reports(small_data):
     alg = shuffled.shuffled_minibatch_sgd(logistic_loss, step_size=0.5, clip_norm=1.0, noise_multiplier=0.5,
-                                      silos_per_round=3)
+                                      participation=3)
     res = train(alg, small_data, init_linear(5), rounds=4, key=1, progress=False)
     plain = noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=1, clip_norm=1.0,
-                                     noise_multiplier=0.5, silos_per_round=3)
+                                     noise_multiplier=0.5, participation=3)
     ref = train(plain, small_data, init_linear(5), rounds=4, key=1, progress=False)
     # the shuffler only reorders the summands: same model up to float summation order
     np.testing.assert_allclose(res.state.params["w"], ref.state.params["w"], atol=1e-5)
@@ -277,7 +277,7 @@ def test_sdp_accelerated_without_noise_bits_matches_the_gaussian_free_run():
     exact = accelerated.accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=50.0)
     sdp = shuffled.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(5), schedule=schedule,
                                              batch_size=10, clip_norm=50.0,
-                                             shuffle_params=ShuffleParams(2**20, 0, 0.25), silos_per_round=3)
+                                             shuffle_params=ShuffleParams(2**20, 0, 0.25), participation=3)
     a = train(exact, data, init_linear(5), rounds=5, key=2, progress=False).state.params
     b = train(sdp, data, init_linear(5), rounds=5, key=2, progress=False).state.params
     # grid step 2L/g = 1e-4 with unbiased rounding: the sums differ by O(1e-4 sqrt(users)) per coordinate
@@ -294,7 +294,7 @@ def test_sdp_accelerated_privacy_is_parallel_and_central():
     alg = shuffled.sdp_accelerated_minibatch_sgd(logistic_loss, params=init_linear(d - 1),  # 5 weights + bias = 6
                                              schedule=accelerated.acsa_schedule(4, smoothness=1.0, noise_std=0.1,
                                                                                 radius=1.0),
-                                             batch_size=k, clip_norm=1.0, shuffle_params=params, silos_per_round=m)
+                                             batch_size=k, clip_norm=1.0, shuffle_params=params, participation=m)
     counts = np.array([40, 40, 40])
     central = make_ledger(alg, counts, "shuffle", central=True)
     assert central.copy().record(4).epsilon(1e-6) == pytest.approx(central.copy().record(1).epsilon(1e-6))

@@ -65,7 +65,7 @@ def test_window_average_equals_the_mean_of_the_last_iterate_runs_with_noise_and_
     """With noise, silo sampling and random minibatches: the iterates of the ``averaging="last"`` run
     (same keys), averaged over the last min(r, 8) in numpy."""
     make = lambda avg, **kw: noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=4, clip_norm=1.0,
-                                                             noise_multiplier=0.8, silos_per_round=3, averaging=avg,
+                                                             noise_multiplier=0.8, participation=3, averaging=avg,
                                                              **kw)
     rounds = 11
     last = [np.asarray(s.params["w"]) for s in _rounds(make("last"), small_data, init_linear(5), rounds, key=3)]
@@ -98,12 +98,12 @@ def test_window_average_of_local_sgd_closed_form():
 # -- the authors' scripts' MB-SGD ---------------------------------------------------------------------
 
 def _scripts(loss=logistic_loss, **kw):
-    base = dict(step_size=0.5, batch_size=4, clip_norm=1.0, noise_multiplier=0.0, silos_per_round=2)
+    base = dict(step_size=0.5, batch_size=4, clip_norm=1.0, noise_multiplier=0.0, participation=2)
     return noisy_sgd.authors_scripts_minibatch_sgd(loss, **{**base, **kw})
 
 
 def test_paper_choices_equal_noisy_minibatch_sgd_bitwise_with_noise(small_data):
-    kw = dict(step_size=0.7, batch_size=6, clip_norm=0.3, noise_multiplier=1.3, silos_per_round=3)
+    kw = dict(step_size=0.7, batch_size=6, clip_norm=0.3, noise_multiplier=1.3, participation=3)
     paper = noisy_sgd.noisy_minibatch_sgd(logistic_loss, **kw)
     scripts = noisy_sgd.authors_scripts_minibatch_sgd(logistic_loss, aggregate="mean", clip="per_example",
                                                         gradient="mean", noise="per_silo", window=1, **kw)
@@ -117,7 +117,7 @@ def test_paper_choices_equal_noisy_minibatch_sgd_bitwise_with_noise(small_data):
 
 def test_per_silo_budgets_equal_noisy_minibatch_sgd_bitwise(small_data):
     z = np.array([0.5, 1.0, 1.5, 2.0, 2.5], np.float32)
-    kw = dict(step_size=0.4, batch_size=5, clip_norm=0.5, noise_multiplier=z, silos_per_round=2)
+    kw = dict(step_size=0.4, batch_size=5, clip_norm=0.5, noise_multiplier=z, participation=2)
     paper = noisy_sgd.noisy_minibatch_sgd(logistic_loss, **kw)
     scripts = noisy_sgd.authors_scripts_minibatch_sgd(logistic_loss, aggregate="mean", clip="per_example",
                                                         window=1, **kw)
@@ -129,9 +129,9 @@ def test_per_silo_budgets_equal_noisy_minibatch_sgd_bitwise(small_data):
 @pytest.mark.parametrize("clip", ["batch_mean", "per_example"])
 def test_summed_silos_equal_averaged_silos_with_m_times_the_step(small_data, clip):
     m = 2
-    summed = _rounds(_scripts(aggregate="sum", clip=clip, step_size=0.25, silos_per_round=m, window=3),
+    summed = _rounds(_scripts(aggregate="sum", clip=clip, step_size=0.25, participation=m, window=3),
                      small_data, init_linear(5), 5, key=5)[-1]
-    averaged = _rounds(_scripts(aggregate="mean", clip=clip, step_size=0.25 * m, silos_per_round=m, window=3),
+    averaged = _rounds(_scripts(aggregate="mean", clip=clip, step_size=0.25 * m, participation=m, window=3),
                        small_data, init_linear(5), 5, key=5)[-1]
     np.testing.assert_allclose(summed.params["w"], averaged.params["w"], rtol=1e-5, atol=1e-6)
 
@@ -145,7 +145,7 @@ def test_batch_mean_clipping_bounds_the_silo_message_not_each_record():
     p0 = {"w": jnp.zeros(3)}
 
     def message(clip_norm, clip="batch_mean", gradient="mean"):
-        alg = _scripts(_quadratic, step_size=1.0, batch_size=5, clip_norm=clip_norm, silos_per_round=1, window=1,
+        alg = _scripts(_quadratic, step_size=1.0, batch_size=5, clip_norm=clip_norm, participation=1, window=1,
                        clip=clip, gradient=gradient)
         return np.asarray(p0["w"] - _rounds(alg, data, p0, 1, key=7)[0].params["w"])
 
@@ -199,7 +199,7 @@ def test_central_noise_is_one_draw_of_std_sigma_whatever_m(aggregate):
     sigma = z * c / k
     for m in (1, 4):
         std, n = _noise_std(noise="central", aggregate=aggregate, noise_multiplier=z, clip_norm=c, batch_size=k,
-                            silos_per_round=m, rounds=2)
+                            participation=m, rounds=2)
         assert std == pytest.approx(sigma, rel=6 / math.sqrt(2 * n))  # 6 standard errors of a sample std
 
 
@@ -210,7 +210,7 @@ def test_per_silo_noise_std_is_sigma_per_silo():
     for aggregate, expected in (("mean", sigma / math.sqrt(m)), ("sum", sigma * math.sqrt(m))):
         for gradient in ("mean", "sum"):  # sigma = zC/K whatever the gradient is
             std, n = _noise_std(noise="per_silo", aggregate=aggregate, gradient=gradient, noise_multiplier=z,
-                                clip_norm=c, batch_size=k, silos_per_round=m)
+                                clip_norm=c, batch_size=k, participation=m)
             assert std == pytest.approx(expected, rel=6 / math.sqrt(2 * n))
 
 
@@ -218,7 +218,7 @@ def test_central_noise_key_is_the_servers_noise_key():
     z, c, k, dim = 1.0, 1.0, 2, 50
     data = _constant_silos([[0.0]] * 3)
     alg = _scripts(_zero_gradient, step_size=1.0, window=1, noise="central", aggregate="mean", noise_multiplier=z,
-                   clip_norm=c, batch_size=k, silos_per_round=2)
+                   clip_norm=c, batch_size=k, participation=2)
     w1 = _rounds(alg, data, {"w": jnp.zeros(dim)}, 1, key=4)[0].params["w"]
     key = keys_lib.derive(keys_lib.as_key(4), round=0, silo=keys_lib.SERVER, step=0, purpose=keys_lib.Purpose.NOISE)
     expected = -(z * c / k) * standard_normal(jax.random.fold_in(key, 0), (dim,))  # leaf 0 of gaussian_like

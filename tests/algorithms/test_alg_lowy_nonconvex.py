@@ -157,7 +157,7 @@ def test_pl_svrg_restarts_from_the_drawn_iterate():
 def test_svrg_keeps_one_silo_sample_per_epoch():
     data = _data()
     alg = variance_reduced.fedprox_svrg(_loss, step_size=ETA, batch_size=4, epoch_length=3, clip_norm=np.inf,
-                                        silos_per_round=2,
+                                        participation=2,
                           output="last")
     seen = []
     state = alg.init(P0)
@@ -240,7 +240,7 @@ def test_sdp_spider_is_unbiased_and_states_the_shuffled_guarantee():
     data = _data()
     params = shuffle.ShuffleParams(64, 40, 0.25)
     sdp = shuffled.sdp_fedprox_spider(_loss, params=P0, step_size=ETA, phase_length=2, clip_norm=5.0,
-                                checkpoint_params=params, difference_params=params, silos_per_round=SILOS)
+                                checkpoint_params=params, difference_params=params, participation=SILOS)
     v, g = _directions(sdp, data, rounds=2, num_seeds=300)
     _assert_unbiased(v - g)
     privacy = sdp.privacy(data.counts)
@@ -263,4 +263,4 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="silos per round"):
         shuffled.sdp_prox_sgd(_loss, params=P0, step_size=ETA, batch_size=2, clip_norm=1.0, shuffle_params=(8, 20,
                                                                                                             0.25),
-                        silos_per_round=None)
+                        participation=None)

@@ -12,6 +12,7 @@ from jaxfl.algorithms import (accelerated, dp_fedavg, dprec, local_sgd, minibatc
 from jaxfl.engine import make_ledger
 from jaxfl.models import init_linear, logistic_loss
 from jaxfl.privacy import shuffle
+from jaxfl.engine.participation import poisson, with_replacement
 
 ADD = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
@@ -39,11 +40,13 @@ ALGORITHMS = [
                                                        clip_norm=1.0, noise_multiplier=3.0), ADD, "rdp", None),
     ("local_sgd draws", lambda: local_sgd(logistic_loss, client_opt=SGD, local_steps=3, batch_size=1, clip_norm=1.0,
                                           noise_multiplier=30.0), REPLACE, "lowy", None),
-    ("dp_fedavg", lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5,
+    ("dp_fedavg", lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, participation=poisson(0.5),
                                     expected_clients=2.0, clip_norm=1.0, noise_multiplier=1.0), ADD, "rdp", None),
-    ("dp_rec", lambda: dprec.dp_rec(logistic_loss, params=PARAMS, client_opt=SGD, clients_per_round=2, batch_size=8,
+    ("dp_rec", lambda: dprec.dp_rec(logistic_loss, params=PARAMS, client_opt=SGD, participation=with_replacement(2),
+                                    batch_size=8,
                                      prior_std=0.05, clip_multiplier=0.5), ADD, "dprec", None),
-    ("dp_rec template", lambda: dprec.dp_rec(logistic_loss, params=TEMPLATE, client_opt=SGD, clients_per_round=2,
+    ("dp_rec template", lambda: dprec.dp_rec(logistic_loss, params=TEMPLATE, client_opt=SGD,
+                                             participation=with_replacement(2),
                                               batch_size=8, prior_std=0.05, clip_multiplier=0.5), ADD, "dprec", None),
     ("isrl noisy_minibatch_sgd", lambda: noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4,
                                                                   clip_norm=1.0, noise_multiplier=30.0),
@@ -57,14 +60,14 @@ ALGORITHMS = [
         logistic_loss, schedule=SCHEDULE, batch_size=4, clip_norm=1.0, noise_multiplier=30.0,
         sampling="with_replacement"), REPLACE, "lowy", None),
     ("isrl shuffled", lambda: shuffled.shuffled_minibatch_sgd(logistic_loss, step_size=0.1, clip_norm=1.0,
-                                                          noise_multiplier=30.0, silos_per_round=2),
+                                                          noise_multiplier=30.0, participation=2),
      REPLACE, "lowy", "shuffle"),
     ("isrl sdp accelerated", lambda: shuffled.sdp_accelerated_minibatch_sgd(
         logistic_loss, params=PARAMS, schedule=SCHEDULE, batch_size=10, clip_norm=1.0, shuffle_params=PVEC,
-        silos_per_round=2), REPLACE, "shuffle", "shuffle"),
+        participation=2), REPLACE, "shuffle", "shuffle"),
     ("isrl sdp accelerated template", lambda: shuffled.sdp_accelerated_minibatch_sgd(
         logistic_loss, params=TEMPLATE, schedule=SCHEDULE, batch_size=10, clip_norm=1.0, shuffle_params=PVEC,
-        silos_per_round=2), REPLACE, "shuffle", "shuffle"),
+        participation=2), REPLACE, "shuffle", "shuffle"),
     ("nc prox_sgd one_pass", lambda: variance_reduced.noisy_prox_sgd(logistic_loss, step_size=0.1, batch_size=10,
                                                                      clip_norm=1.0,
                                                       noise_multiplier=4.0), REPLACE, "pld", None),
@@ -81,14 +84,14 @@ ALGORITHMS = [
                                                       clip_norm=1.0,
                                         noise_multiplier=50.0), REPLACE, "lowy", None),
     ("nc sdp prox_sgd", lambda: shuffled.sdp_prox_sgd(logistic_loss, params=PARAMS, step_size=0.1, batch_size=10,
-                                                clip_norm=1.0, shuffle_params=PVEC, silos_per_round=2),
+                                                clip_norm=1.0, shuffle_params=PVEC, participation=2),
      REPLACE, "shuffle", "shuffle"),
     ("nc sdp spider", lambda: shuffled.sdp_fedprox_spider(logistic_loss, params=TEMPLATE, step_size=0.1, phase_length=2,
                                                     clip_norm=1.0, checkpoint_params=PVEC, difference_params=PVEC,
-                                                    silos_per_round=2), REPLACE, "shuffle", "shuffle"),
+                                                    participation=2), REPLACE, "shuffle", "shuffle"),
     ("nc sdp svrg", lambda: shuffled.sdp_fedprox_svrg(logistic_loss, params=PARAMS, step_size=0.1, batch_size=4,
                                                 epoch_length=2, clip_norm=1.0, checkpoint_params=PVEC,
-                                                difference_params=PVEC, silos_per_round=2),
+                                                difference_params=PVEC, participation=2),
      REPLACE, "shuffle", "shuffle"),
 ]
 
@@ -113,18 +116,18 @@ def test_privacy_works_before_init_and_names_its_relation(name, build, relation,
 def test_pvec_events_carry_the_model_dimension_from_params():
     for params in (PARAMS, TEMPLATE):
         alg = shuffled.sdp_accelerated_minibatch_sgd(logistic_loss, params=params, schedule=SCHEDULE, batch_size=10,
-                                                 clip_norm=1.0, shuffle_params=PVEC, silos_per_round=2)
+                                                 clip_norm=1.0, shuffle_params=PVEC, participation=2)
         assert {e.dim for e in alg.privacy(COUNTS).events} == {6}
         assert alg.privacy(COUNTS).central.dim == 6
     sdp = shuffled.sdp_prox_sgd(logistic_loss, params=init_linear(9), step_size=0.1, batch_size=10, clip_norm=1.0,
-                          shuffle_params=PVEC, silos_per_round=2)
+                          shuffle_params=PVEC, participation=2)
     assert {e.dim for e in sdp.privacy(COUNTS).events} == {10}
     with pytest.raises(ValueError, match="init got params"):
         sdp.init(PARAMS)  # not the model it was built for
 
 
 @pytest.mark.parametrize("build, accountant", [
-    (lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, client_rate=0.5, expected_clients=2.0,
+    (lambda: dp_fedavg(logistic_loss, client_opt=SGD, local_steps=2, participation=poisson(0.5), expected_clients=2.0,
                        clip_norm=1.0, noise_multiplier=1.0), "lowy"),   # add/remove, replace-one accountant
     (lambda: minibatch_sgd(logistic_loss, server_opt=SGD, sampling_rate=0.2, expected_batch_size=5.0,
                            clip_norm=1.0, noise_multiplier=1.0), "shuffle"),

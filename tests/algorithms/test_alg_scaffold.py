@@ -59,7 +59,7 @@ def test_option_ii_equals_the_papers_formula_for_sgd():
     y_K, so c_i+ = c_i - c + (x - y_K) / (K eta_l) can be checked against the silo state."""
     data, _ = _problem()
     lr, k = 0.05, 7
-    alg = scaffold(squared_loss, client_opt=optax.sgd(lr), local_steps=k, silos_per_round=1)
+    alg = scaffold(squared_loss, client_opt=optax.sgd(lr), local_steps=k, participation=1)
     state = initial_state(alg, init_linear(3), data.num_silos)
     step = jax.jit(alg.round)
     seen = set()
@@ -81,7 +81,7 @@ def test_option_ii_equals_the_papers_formula_for_sgd():
 def test_non_participants_keep_their_state_and_c_is_the_mean_of_the_c_i(silos_per_round):
     data, _ = _problem()
     alg = scaffold(squared_loss, client_opt=optax.sgd(0.05), local_steps=5, batch_size=8,
-                   silos_per_round=silos_per_round)
+                   participation=silos_per_round)
     state = initial_state(alg, init_linear(3), data.num_silos)
     assert isinstance(state, SiloState) and state.silos["w"].shape == (len(SIZES), 3)
     assert all(not np.any(leaf) for leaf in jax.tree_util.tree_leaves((state.silos, state.server.control)))

@@ -59,9 +59,9 @@ def main():
             local = FederatedData(*(np.asarray(a)[mine] for a in full))  # as if this process loaded only these
             data = sharding.shard_local_data(local, mesh, full.num_silos)
     algs = [minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), sampling_rate=0.3, expected_batch_size=6.0,
-                          clip_norm=1.0, noise_multiplier=1.1, silos_per_round=5),
+                          clip_norm=1.0, noise_multiplier=1.1, participation=5),
             personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
-                         local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=5)]
+                         local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, participation=5)]
     out = {}
     for name, alg in zip(("mbsgd", "personalized"), algs):
         extra = {"delta": 1e-5} if name == "mbsgd" else {"silo_eval_fn": lambda p, i: {"w0": p["w"][0] + i}}

@@ -14,7 +14,7 @@ import pytest
 
 from jaxfl.data.federated import from_silos
 from jaxfl.engine import sharding
-from _helpers import make_silos
+from _helpers import cpu_devices_flags, make_silos
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -38,7 +38,7 @@ def _launch(workdir: Path, name: str, processes: int, local_devices: int = 1, da
     """Runs the worker as ``processes`` processes; returns process 0's arrays. Kills every process it started
     if one fails or the run passes ``RUN_TIMEOUT_S``."""
     out = workdir / f"{name}.npz"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={local_devices}",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=cpu_devices_flags(local_devices),
                PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
     env.pop("JAX_COORDINATOR_ADDRESS", None)
     port = _free_port()

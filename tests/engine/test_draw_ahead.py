@@ -15,7 +15,7 @@ from jaxfl.privacy.noise import gaussian_like
 
 ALGORITHMS = {
     "with_replacement": dict(local_steps=7, batch_size=2, clip_norm=0.5, noise_multiplier=1.3),
-    "poisson": dict(local_steps=5, sampling_rate=0.3, clip_norm=0.5, noise_multiplier=1.3, silos_per_round=3),
+    "poisson": dict(local_steps=5, sampling_rate=0.3, clip_norm=0.5, noise_multiplier=1.3, participation=3),
     "full_batch": dict(local_steps=3, clip_norm=0.5, noise_multiplier=0.7),
     "non_private": dict(local_steps=6, batch_size=3),
 }

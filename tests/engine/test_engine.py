@@ -20,7 +20,8 @@ from jaxfl.data.federated import from_silos
 from jaxfl.engine import participation, sweep, train
 from jaxfl.engine.metrics import read_metrics
 from jaxfl.models import binary_accuracy, init_linear, logistic_loss
-from _helpers import make_silos
+from jaxfl.engine.participation import poisson
+from _helpers import cpu_devices_flags, make_silos
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,7 +137,7 @@ def test_resumed_run_counts_seconds_from_round_zero(tmp_path, small_data, monkey
 @pytest.mark.slow
 def test_chunking_does_not_change_results(small_data):
     alg = local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, batch_size=4, clip_norm=1.0,
-                    noise_multiplier=0.8, silos_per_round=3)
+                    noise_multiplier=0.8, participation=3)
     a = train(alg, small_data, init_linear(5), rounds=9, key=0, eval_every=9, progress=False)
     b = train(alg, small_data, init_linear(5), rounds=9, key=0, eval_every=2, progress=False)
     assert _leaves_equal(a.state, b.state)
@@ -154,12 +155,13 @@ def test_bitwise_identical_on_one_and_four_devices():
         assert jax.device_count() == 4, jax.devices()
         data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28], seed=4))  # 7 silos: padded to 8 on 4 devices
         algs = [minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=8, clip_norm=1.0,
-                              noise_multiplier=1.1, silos_per_round=5),
+                              noise_multiplier=1.1, participation=5),
                 minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.5), batch_size=8, clip_norm=1.0,
                               noise_multiplier=np.linspace(0.5, 2.0, 7)),  # per-silo z: padded silo reuses the last
                 local_sgd(logistic_loss, client_opt=optax.sgd(0.2), local_steps=4, sampling_rate=0.3, clip_norm=0.5,
                           noise_multiplier=0.9),
-                dp_fedavg(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=5, client_rate=0.5,
+                dp_fedavg(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=5,
+                          participation=poisson(0.5),
                           expected_clients=3.5, clip_norm=0.3, noise_multiplier=1.0),
                 accelerated.accelerated_minibatch_sgd(
                     logistic_loss, batch_size=2, clip_norm=1.0, noise_multiplier=0.7,
@@ -178,7 +180,7 @@ def test_bitwise_identical_on_one_and_four_devices():
             assert np.any(outs[0] != 0)
         print("BITWISE-OK")
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, XLA_FLAGS=cpu_devices_flags(4),
                PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
@@ -203,7 +205,7 @@ def test_bitwise_identical_with_fewer_silos_than_two_per_device():
         assert np.array_equal(outs[0], outs[1]), outs
         print("BITWISE-OK")
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS=cpu_devices_flags(8),
                PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]

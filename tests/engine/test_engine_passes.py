@@ -12,12 +12,14 @@ from jaxfl.data.federated import from_silos
 from jaxfl.engine import local, participation, run_rounds, sweep
 from jaxfl.engine.rounds import make_round
 from jaxfl.models.linear import init_linear, logistic_loss
+from jaxfl.engine.participation import poisson, with_replacement
 
 
 @pytest.mark.parametrize("per_pass", [1, 3, 16, "auto"])
 def test_processing_participants_in_passes_equals_running_every_silo(per_pass):
     data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28, 9], seed=4))
-    kwargs = dict(client_opt=optax.sgd(0.2), batch_size=5, local_epochs=1, client_rate=0.4, expected_clients=3.2,
+    kwargs = dict(client_opt=optax.sgd(0.2), batch_size=5, local_epochs=1, participation=poisson(0.4),
+                  expected_clients=3.2,
                   clip_norm=0.3,
                   noise_multiplier=1.0)
     full = dp_fedavg(logistic_loss, clients_per_pass=None, **kwargs)  # every silo, non-participants weighted 0
@@ -46,7 +48,7 @@ def test_local_sgd_in_passes_equals_one_vmap_in_a_sweep(per_pass):
     for passes in (None, per_pass):
         build = lambda lr, z, passes=passes: local_sgd(
             logistic_loss, client_opt=optax.sgd(lr), local_steps=7, batch_size=1, clip_norm=0.5, noise_multiplier=z,
-            silos_per_round=4, clients_per_pass=passes)
+            participation=4, clients_per_pass=passes)
         outs.append(sweep(build, {"lr": [0.05, 0.3], "z": [0.0, 1.5]}, data, init_linear(5), rounds=3,
                           seeds=[0, 7]))
     full, passes = outs
@@ -127,7 +129,7 @@ def test_slot_rounds_in_passes_equal_one_vmap(per_pass):
     from jaxfl.compression import rec
 
     data = from_silos(make_silos([30, 12, 25, 40, 33], seed=6))
-    kwargs = dict(params=init_linear(5), client_opt=optax.sgd(0.2), clients_per_round=4, batch_size=5,
+    kwargs = dict(params=init_linear(5), client_opt=optax.sgd(0.2), participation=with_replacement(4), batch_size=5,
                   prior_std=0.05, clip_multiplier=1.0, layout=rec.BlockLayout((3, 3), (4, 4)))
     outs = []
     for alg in (dp_rec(logistic_loss, **kwargs), dp_rec(logistic_loss, clients_per_pass=per_pass, **kwargs)):

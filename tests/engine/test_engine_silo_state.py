@@ -12,8 +12,10 @@ import numpy as np
 import optax
 import pytest
 
+from _helpers import cpu_devices_flags
 from jaxfl.algorithms.common import init_server, mean_server, sampled_silo_privacy
-from jaxfl.engine import FederatedAlgorithm, SiloState, initial_state, local, participation, run_rounds, train
+from jaxfl.engine import FederatedAlgorithm, SiloState, initial_state, local, run_rounds, train
+from jaxfl.engine.participation import resolve
 from jaxfl.engine.metrics import read_metrics
 from jaxfl.engine.rounds import make_round
 from jaxfl.models import init_linear, logistic_loss
@@ -21,7 +23,7 @@ from jaxfl.models import init_linear, logistic_loss
 REPO = Path(__file__).resolve().parents[2]
 
 
-def momentum_sgd(silos_per_round=None, clients_per_pass=None, z=1.0, beta=0.9):
+def momentum_sgd(participation=None, clients_per_pass=None, z=1.0, beta=0.9):
     """ISRL-DP minibatch SGD whose silos keep a momentum of their own noisy gradients across rounds (the
     momentum is post-processing of the silo's own transcript) and count the rounds they took part in."""
     sampler = local.make_sampler(sampling_rate=0.3, expected_batch_size=9.0)
@@ -43,7 +45,7 @@ def momentum_sgd(silos_per_round=None, clients_per_pass=None, z=1.0, beta=0.9):
 
     algorithm = FederatedAlgorithm(
         init=init_server(optax.sgd(0.3)),
-        round=make_round(client, server, participation.resolve(silos_per_round), silo_state=True,
+        round=make_round(client, server, resolve(participation), silo_state=True,
                          clients_per_pass=clients_per_pass),
         privacy=sampled_silo_privacy(sampler, z), name="momentum_sgd", init_silos=init_silos)
     return algorithm, seen
@@ -55,7 +57,7 @@ def _tree_equal(a, b):
 
 
 def test_only_participants_change_their_silo_state_and_the_server_never_sees_it(small_data):
-    alg, seen = momentum_sgd(silos_per_round=2)
+    alg, seen = momentum_sgd(participation=2)
     state = initial_state(alg, init_linear(5), small_data.num_silos)
     assert isinstance(state, SiloState) and state.silos["rounds"].shape == (5,)
     before = state
@@ -74,8 +76,8 @@ def test_only_participants_change_their_silo_state_and_the_server_never_sees_it(
 
 @pytest.mark.parametrize("per_pass", [1, 2])
 def test_silo_state_with_clients_per_pass_equals_one_vmap(small_data, per_pass):
-    full, _ = momentum_sgd(silos_per_round=3)
-    passes, _ = momentum_sgd(silos_per_round=3, clients_per_pass=per_pass)
+    full, _ = momentum_sgd(participation=3)
+    passes, _ = momentum_sgd(participation=3, clients_per_pass=per_pass)
     params = init_linear(5)
     run = lambda alg: jax.jit(lambda s: run_rounds(alg, s, small_data, jax.random.key(1), 0, 5))(
         initial_state(alg, params, small_data.num_silos))
@@ -87,7 +89,7 @@ def test_silo_state_with_clients_per_pass_equals_one_vmap(small_data, per_pass):
 
 @pytest.mark.slow
 def test_resume_with_silo_state_equals_unbroken_run(tmp_path, small_data):
-    alg, _ = momentum_sgd(silos_per_round=3)
+    alg, _ = momentum_sgd(participation=3)
     kw = dict(rounds=8, key=5, eval_every=2, delta=1e-5, progress=False)
     unbroken = train(alg, small_data, init_linear(5), **kw)
 
@@ -144,16 +146,16 @@ def test_silo_state_bitwise_identical_on_one_and_four_devices():
         from jaxfl.models import init_linear, logistic_loss
         assert jax.device_count() == 4, jax.devices()
         data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28], seed=4))  # 7 silos: padded to 8 on 4 devices
-        algs = [momentum_sgd(silos_per_round=4, clients_per_pass=per_pass)[0] for per_pass in (None, 2)] + [
-            scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, silos_per_round=4),
+        algs = [momentum_sgd(participation=4, clients_per_pass=per_pass)[0] for per_pass in (None, 2)] + [
+            scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, participation=4),
             personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
-                         local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=5)]
+                         local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, participation=5)]
         # 20 silos, 3 per round: participants only (3 slots, 8 = two per device on 4 devices)
         many = from_silos(make_silos([12, 20, 15, 9, 18] * 4, seed=5))
-        few = [momentum_sgd(silos_per_round=3)[0],
-               scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, silos_per_round=3),
+        few = [momentum_sgd(participation=3)[0],
+               scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6, participation=3),
                personalized(logistic_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(0.2),
-                            local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, silos_per_round=3)]
+                            local_steps=3, sampling_rate=0.4, clip_norm=1.0, noise_multiplier=1.0, participation=3)]
         for data, alg in [(data, a) for a in algs] + [(many, a) for a in few]:
             outs = []
             num = data.num_silos
@@ -171,7 +173,7 @@ def test_silo_state_bitwise_identical_on_one_and_four_devices():
         print("BITWISE-OK")
     """)
     paths = [REPO / "tests", REPO / "tests" / "engine", REPO]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, XLA_FLAGS=cpu_devices_flags(4),
                PYTHONPATH=os.pathsep.join(str(p) for p in paths))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "BITWISE-OK" in out.stdout, out.stderr[-3000:]
@@ -182,7 +184,7 @@ def test_silo_state_client_must_return_its_new_state(small_data):
         return params, {}
 
     alg = FederatedAlgorithm(init=init_server(optax.sgd(0.1)),
-                             round=make_round(client, mean_server(optax.sgd(0.1)), participation.resolve(None),
+                             round=make_round(client, mean_server(optax.sgd(0.1)), resolve(None),
                                               silo_state=True),
                              init_silos=lambda params, n: {"c": jnp.zeros((n,))})
     with pytest.raises(ValueError, match="new_silo_state"):
@@ -196,7 +198,7 @@ def test_sweep_runs_algorithms_with_silo_state_and_schedules(small_data):
     from jaxfl.engine import PerRound, sweep
 
     build = lambda lr: scaffold(logistic_loss, client_opt=optax.sgd(lr), local_steps=3, batch_size=6,  # noqa: E731
-                                silos_per_round=3)
+                                participation=3)
     out = sweep(build, {"lr": [0.1, 0.3]}, small_data, init_linear(5), rounds=4, seeds=[0, 2])
     for i, lr in enumerate([0.1, 0.3]):
         for j, seed in enumerate([0, 2]):

@@ -26,22 +26,22 @@ def every_silo(m):
 
 BUILDERS = {
     "minibatch_sgd": lambda sp: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.3), batch_size=8, clip_norm=1.0,
-                                              noise_multiplier=1.0, silos_per_round=sp),
+                                              noise_multiplier=1.0, participation=sp),
     "per-silo z": lambda sp: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.3), batch_size=8, clip_norm=1.0,
-                                           noise_multiplier=np.linspace(0.5, 2.0, 7), silos_per_round=sp),
+                                           noise_multiplier=np.linspace(0.5, 2.0, 7), participation=sp),
     "local_sgd": lambda sp: local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=4, batch_size=1,
-                                      clip_norm=1.0, noise_multiplier=1.0, silos_per_round=sp),
+                                      clip_norm=1.0, noise_multiplier=1.0, participation=sp),
     "fedprox_spider": lambda sp: variance_reduced.fedprox_spider(
         logistic_loss, step_size=0.1, phase_length=2, clip_norm=1.0, batch_size=8, noise_multiplier=1.0,
-        difference_noise_multiplier=1.0, silos_per_round=sp),
+        difference_noise_multiplier=1.0, participation=sp),
     "alt_fed_spider": lambda sp: variance_reduced.alt_fed_spider(
         logistic_loss, step_size=0.1, clip_norm=1.0, batch_size=8, noise_multiplier=1.0,
-        difference_noise_multiplier=1.0, silos_per_round=sp),
+        difference_noise_multiplier=1.0, participation=sp),
     "scaffold": lambda sp: scaffold(logistic_loss, client_opt=optax.sgd(0.2), local_steps=3, batch_size=6,
-                                    silos_per_round=sp),
+                                    participation=sp),
     "personalized": lambda sp: personalized(logistic_loss, shared={"w": "shared", "b": "private"},
                                             client_opt=optax.sgd(0.2), local_steps=3, sampling_rate=0.4,
-                                            clip_norm=1.0, noise_multiplier=1.0, silos_per_round=sp),
+                                            clip_norm=1.0, noise_multiplier=1.0, participation=sp),
 }
 
 
@@ -104,7 +104,7 @@ def test_padding_silos_fill_slots_with_weight_zero():
     """Fewer silos with records than M: the extra slots add nothing and write no state."""
     padded = DATA.pad_silos(1, minimum=10)  # 7 real silos + 3 empty ones
     build = lambda sp: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.3), batch_size=8,  # noqa: E731
-                                     silos_per_round=sp)
+                                     participation=sp)
     out, info = _run(build(8), rounds=3, data=padded)
     ref, _ = _run(build(every_silo(8)), rounds=3, data=padded)
     np.testing.assert_allclose(out.params["w"], ref.params["w"], rtol=1e-6, atol=1e-7)

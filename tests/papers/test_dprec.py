@@ -24,7 +24,7 @@ def test_traffic_of_the_papers_full_settings_matches_table_1():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dprec/mnist", "dprec/femnist-scale"])
+@pytest.mark.parametrize("name", ["dprec/mnist", pytest.param("dprec/femnist-scale", marks=pytest.mark.study)])
 def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
     from jaxfl.studies.registry import get_experiment
 
@@ -54,7 +54,7 @@ def test_quick_forms_run_both_methods_at_equal_epsilon(name, tmp_path):
         assert "Fashion-MNIST" in doc["config"]["note"]
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_long_runs_log_their_progress_between_evaluations(tmp_path):
     """A study's checkpointed runs log one line per evaluation before the last (the quick form, evaluated
     after every round)."""

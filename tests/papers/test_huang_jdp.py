@@ -52,7 +52,7 @@ def test_schedule_reads_table_3():
     assert HR.schedule(epochs, 64)["local_steps"] == round(10 / s["rate"])
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_table1_quick_form_reports_every_regime(quick_results):
     out, doc = quick_results["huang-jdp/table1-mnist"]
     labels = {HP.PER_SILO, HP.NO_DP, HP.FULL, HP.JOINT, HP.STATED}
@@ -120,7 +120,7 @@ def test_a_partial_run_stores_the_full_runs_parts(quick_results, monkeypatch, tm
     assert json.loads((tmp_path / "results.json").read_text()) == again
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_table4_quick_form_calibrates_user_level_by_group_privacy(quick_results):
     """m/r = 2: full and joint DP are calibrated to the record-level (eps / 2, delta / (2 e^eps)) of Lemma 3.6
     as printed; the accountant certifies eps / 2 at that delta for the run, which group privacy turns into the
@@ -145,7 +145,7 @@ def test_table4_quick_form_calibrates_user_level_by_group_privacy(quick_results)
     assert runs[("n = 4, m/r = 2", HP.JOINT, 3.0)]["privacy"]["paper_accounting_epsilon"] == 3.0
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_table2_quick_form_runs_every_split_of_private_layers(quick_results):
     out, doc = quick_results["huang-jdp/table2"]
     layers = {r["algorithm"]: r["private_layers"] for r in doc["runs"]}
@@ -171,7 +171,7 @@ def test_table2_dp_tuned_variant_adds_small_n_and_lays_out_each_panel_beside_the
     assert "n = 16" not in text  # a panel not run has no layout
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_figure1_quick_form_runs_every_epsilon_and_checks_the_claims(quick_results):
     out, doc = quick_results["huang-jdp/figure1"]
     cells = {(r["panel"], r["algorithm"], r["epsilon"]) for r in doc["runs"]}
@@ -183,7 +183,7 @@ def test_figure1_quick_form_runs_every_epsilon_and_checks_the_claims(quick_resul
     assert "Figure 1 as numbers" in summary and "of 8 (n, eps) cells" in summary and "of 2 panels" in summary
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_dp_learning_rate_quick_form_reports_every_regime_and_rate(quick_results):
     out, doc = quick_results["huang-jdp/dp-learning-rate"]
     cells = {(r["panel"], r["algorithm"]) for r in doc["runs"]}
@@ -351,7 +351,7 @@ def test_dp_rate_notes_mark_a_best_rate_at_either_end_of_the_grid(tmp_path, monk
     text = HN._dp_rate_notes({"runs": runs, "config": {"settings": {"dataset": "mnist"}}})
     assert text.endswith("chose 0.3; the dp-tuned variants' rate is chosen on the base form's n = 4 and n = 16.")
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_dp_tuned_reuses_the_base_forms_parts_for_the_regimes_it_leaves_unchanged(quick_results, monkeypatch,
                                                                                     tmp_path):
     """table1-mnist --quick --variant dp-tuned beside the base quick form: per-silo and no-DP (same programs) come

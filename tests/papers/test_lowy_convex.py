@@ -350,7 +350,7 @@ def test_study_grid_matches_engine_sweep(small_data):
         z = jnp.where(epsilon > 0, jnp.asarray(unit) / jnp.maximum(epsilon, 1e-6), 0.0) if not isinstance(
             epsilon, float) else (np.asarray(unit) / epsilon if epsilon > 0 else 0.0)
         return noisy_sgd.noisy_minibatch_sgd(D.squared_loss, step_size=step_size, batch_size=4, clip_norm=clip_norm,
-                                              noise_multiplier=z, silos_per_round=3)
+                                              noise_multiplier=z, participation=3)
 
     def evaluate(params):
         per = jax.vmap(jax.vmap(D.squared_loss, in_axes=(None, 0, 0)), in_axes=(None, 0, 0))(

@@ -21,6 +21,8 @@ from jaxfl.studies.spec import Trial
 from jaxfl.models import nets
 
 NAMES = ["lowy-nonconvex/mnist", "lowy-nonconvex/cifar10", "lowy-nonconvex/wbcd"]
+# the slow tier runs the smallest quick form; the others are paper studies (``-m study``)
+QUICK = [pytest.param(name, marks=pytest.mark.study) for name in NAMES[:2]] + NAMES[2:]
 STUDIES = {"lowy-nonconvex/mnist": N.MNIST, "lowy-nonconvex/cifar10": N.CIFAR10, "lowy-nonconvex/wbcd": N.WBCD}
 SMOKE = "lowy-nonconvex/wbcd"  # the smallest quick form, whose stored parts the schema test reads
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,7 +41,7 @@ def test_experiments_and_benchmark_are_registered():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", QUICK)
 def test_quick_form_writes_finite_results(quick_results, name, tmp_path):
     d, doc = quick_results[name]
     study = STUDIES[name]
@@ -321,7 +323,7 @@ def test_stored_parts_hold_no_params_when_the_study_does_not_use_them(quick_resu
         assert stored.params is None and set(stored.metrics) == {"train_loss", "test_error"}
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_configs_per_batch_option_splits_every_grid_program_alike(quick_results, monkeypatch, tmp_path):
     """``--configs-per-batch N`` runs every grid program N configurations per call (the quick form: the whole grid
     in one), recorded in ``config``; the selections are the one-call run's, the metrics equal to float rounding."""

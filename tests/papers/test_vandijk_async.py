@@ -87,7 +87,7 @@ def test_dp_quick_form_reports_three_epsilons_and_no_guarantee(quick_results):
                                                                                 5.5e-8))
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_dp_stated_variant_certifies_the_tight_epsilon(tmp_path):
     """vandijk-async/dp --variant stated: the Poisson client's ledger (epsilon_spent) is the tight epsilon of
     its rounds, stated (the base study's paper client certifies nothing: test above)."""
@@ -110,7 +110,7 @@ def test_rounds_of_the_sample_size_methods():
     assert math.ceil(20_000 / (5 * 200)) == 20
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_diminishing_and_sampling_quick_forms(quick_results):
     out, dim = quick_results["vandijk-async/diminishing-phishing"]
     settings = {r["setting"]: r for r in dim["runs"]}
@@ -138,7 +138,7 @@ def test_step_sizes_quick_form_runs_every_setting_on_the_increasing_sizes(quick_
     assert "The paper's claim (Fig. 9)" in (out / "summary.md").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_examples_study_beside_the_papers_numbers(quick_results):
     """Every Example's T is the paper's; Examples 1, 3 and 5 also its B_priv and delta (4's printed factor divides
     by 5, not sigma); at the selection's delta the direct moments accountant and the tight epsilon are below the

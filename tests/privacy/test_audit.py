@@ -14,6 +14,7 @@ import pytest
 from jaxfl import audit
 from jaxfl.algorithms import dp_fedavg, minibatch_sgd
 from jaxfl.engine import local
+from jaxfl.engine.participation import poisson
 
 RUNS = 20_000
 
@@ -145,7 +146,8 @@ def test_the_sampler_states_the_relation_its_denominator_allows():
 
 def test_dp_fedavg_needs_a_public_denominator():
     with pytest.raises(ValueError, match="expected_clients="):
-        dp_fedavg(audit.linear_loss, client_opt=optax.sgd(1.0), local_steps=1, client_rate=0.3, expected_clients=None,
+        dp_fedavg(audit.linear_loss, client_opt=optax.sgd(1.0), local_steps=1, participation=poisson(0.3),
+                  expected_clients=None,
                   clip_norm=1.0, noise_multiplier=1.0)
 
 

@@ -13,6 +13,7 @@ from jaxfl.data.federated import from_silos
 from jaxfl.engine import run_rounds
 from jaxfl.privacy import keys
 from jaxfl.privacy.noise import gaussian_like
+from jaxfl.engine.participation import poisson
 from _helpers import make_silos
 
 
@@ -103,7 +104,8 @@ def test_dp_fedavg_server_noise_is_the_addressed_draw():
     data = from_silos(make_silos([20, 30, 25, 10]))
     loss = lambda p, x, y: 0.0 * jnp.sum(p["w"]) * jnp.sum(x)  # zero deltas: the update is pure noise
     z, c, q = 1.3, 0.7, 0.5
-    alg = dp_fedavg(loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=4, client_rate=q, expected_clients=q * 4,
+    alg = dp_fedavg(loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=4, participation=poisson(q),
+                    expected_clients=q * 4,
                     clip_norm=c,
                     noise_multiplier=z)
     params = {"w": jnp.zeros(3)}

@@ -17,6 +17,7 @@ from jaxfl.engine import local
 from jaxfl.models import nets, per_example_loss
 from jaxfl.privacy import microbatch
 from jaxfl.privacy.clipping import _global_norms, clipped_grad_sum, per_example_grads
+from jaxfl.engine.participation import poisson, with_replacement
 from _helpers import assert_clipped_sums_equal
 
 
@@ -164,7 +165,8 @@ def test_algorithms_take_their_steps_in_the_slices_asked_for(build, small_data):
         return {"local_sgd": lambda: local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **private,
                                                **common),
                 "minibatch_sgd": lambda: minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), **private, **common),
-                "dp_fedavg": lambda: dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, client_rate=0.5,
+                "dp_fedavg": lambda: dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3,
+                                               participation=poisson(0.5),
                                                expected_clients=2.0,
                                                **private, **common),
                 "scaffold": lambda: scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=3, **common),
@@ -204,7 +206,8 @@ def test_algorithm_constructors_reject_a_bad_microbatch():
     with pytest.raises(ValueError, match="microbatch must be"):
         local_sgd(logistic_loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=4, microbatch=0)
     with pytest.raises(ValueError, match="microbatch must be"):
-        dp_rec(LOSS, params=PARAMS, client_opt=optax.sgd(0.1), clients_per_round=2, batch_size=4, prior_std=0.01,
+        dp_rec(LOSS, params=PARAMS, client_opt=optax.sgd(0.1), participation=with_replacement(2), batch_size=4,
+               prior_std=0.01,
                clip_multiplier=0.5, layout=rec.per_tensor(PARAMS, 3), microbatch="fast")
     with pytest.raises(ValueError, match="microbatch must be .* got -2"):
         noisy_sgd.noisy_minibatch_sgd(logistic_loss, step_size=0.1, batch_size=4, clip_norm=1.0, microbatch=-2)
