@@ -48,7 +48,14 @@ def fold_in(key: jax.Array, data) -> jax.Array:
     ``threefry_fold_in`` computes, with the rounds as fused ``jax.numpy`` integer ops (see the module doc);
     other key implementations and batched keys go to ``jax.random.fold_in``. ``data``: an integer scalar
     (Python, NumPy or traced), converted as JAX converts it (``jnp.asarray(data, uint32)``: int32 arrays wrap
-    modulo 2**32)."""
+    modulo 2**32).
+
+    Example:
+      >>> import jax
+      >>> key = jax.random.key(0)
+      >>> bool((jax.random.key_data(fold_in(key, 7)) == jax.random.key_data(jax.random.fold_in(key, 7))).all())
+      True
+    """
     if not is_threefry(key) or np.ndim(data) != 0:
         return jax.random.fold_in(key, data)
     words = jnp.asarray(data, dtype=jnp.uint32)
@@ -75,7 +82,19 @@ def step_key(silo_key_: jax.Array, step, purpose: Purpose) -> jax.Array:
 
 
 def derive(root: jax.Array, *, round, silo, step, purpose: Purpose) -> jax.Array:
-    """The key of the draw addressed by ``(round, silo, step, purpose)``, from the root key."""
+    """The key of the draw addressed by ``(round, silo, step, purpose)``, from the root key.
+
+    Example:
+      >>> import jax
+      >>> root = jax.random.key(0)
+      >>> a = derive(root, round=3, silo=1, step=0, purpose=Purpose.NOISE)
+      >>> b = step_key(silo_key(round_key(root, 3), 1), 0, Purpose.NOISE)      # the same address, built in steps
+      >>> bool((jax.random.key_data(a) == jax.random.key_data(b)).all())
+      True
+      >>> c = derive(root, round=3, silo=1, step=0, purpose=Purpose.MINIBATCH)  # another purpose: another key
+      >>> bool((jax.random.key_data(a) == jax.random.key_data(c)).all())
+      False
+    """
     return derive_from_round(round_key(root, round), silo=silo, step=step, purpose=purpose)
 
 
