@@ -60,7 +60,17 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(_rdp.rdp_privacy_accountant.DEFAUL
 
 @runtime_checkable
 class Accountant(Protocol):
-    """What every registered accountant offers (RDP, PLD, and later ones such as DP-REC's)."""
+    """What every registered accountant offers (RDP, PLD, and later ones such as DP-REC's).
+
+    Example:
+      >>> accountant = make_accountant("rdp")
+      >>> isinstance(accountant, Accountant)
+      True
+      >>> round(accountant.compose(gaussian_event(1.1, sampling_rate=0.01, steps=1000)).epsilon(1e-5), 2)
+      1.71
+      >>> len(accountant.events)     # what was composed, for a copy or a ledger's state
+      1
+    """
 
     name: str
 
@@ -424,7 +434,14 @@ def register_accountant(name: str, factory: Callable[..., Accountant], *, overwr
 
     A factory that declares ``relations`` (a class deriving from jaxfl's accountants does) and accepts
     ``neighboring_relation=`` can serve ledgers of any statement whose relation it supports; one that
-    does not is used by ledgers only for statements of its own relation (``neighboring_relation``)."""
+    does not is used by ledgers only for statements of its own relation (``neighboring_relation``).
+
+    Example:
+      >>> register_accountant("my-rdp", lambda **kw: RdpAccountant(orders=[2, 4, 8, 16, 32], **kw))
+      >>> accountant = make_accountant("my-rdp")
+      >>> round(accountant.compose(gaussian_event(1.0)).epsilon(1e-5), 4)
+      5.0879
+    """
     if not isinstance(name, str) or not name:
         raise ValueError(f"accountant name must be a non-empty string, got {name!r}")
     if name in ACCOUNTANTS and not overwrite:
@@ -476,7 +493,16 @@ def accountant_relations(name: str) -> frozenset | None:
 def check_relation(name: str, relation: Any) -> NeighboringRelation:
     """``relation`` as a ``NeighboringRelation``; raises the one ``ValueError`` naming the accountant and
     the relation when the accountant registered as ``name`` does not support it. A user's factory that
-    declares no ``relations`` supports the ``neighboring_relation`` of the accountants it builds."""
+    declares no ``relations`` supports the ``neighboring_relation`` of the accountants it builds.
+
+    Example:
+      >>> check_relation("rdp", "replace_one")
+      <NeighboringRelation.REPLACE_ONE: 2>
+      >>> check_relation("pld-with-replacement", "add_or_remove_one")
+      Traceback (most recent call last):
+      ...
+      ValueError: ...
+    """
     relation = _relation(relation)
     factory = _factory(name)
     supported = accountant_relations(name)
@@ -547,14 +573,32 @@ def gaussian_event(noise_multiplier: float, sampling_rate: float = 1.0, steps: i
 
 def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float) -> tuple[float, float]:
     """``(epsilon, optimal order)`` of an RDP curve at ``delta``, by ``dp_accounting.rdp.compute_epsilon``
-    (the modern conversion). Use for mechanisms whose RDP curve is known but have no ``DpEvent``."""
+    (the modern conversion). Use for mechanisms whose RDP curve is known but have no ``DpEvent``.
+
+    Example:
+      >>> import math
+      >>> orders = [2, 4, 8, 16, 32, 64]
+      >>> rdp = [a / (2 * 1.0**2) for a in orders]      # the Gaussian mechanism at z = 1: alpha / (2 z^2)
+      >>> eps, order = rdp_to_epsilon(orders, rdp, delta=1e-5)
+      >>> round(eps, 4), order
+      (5.0879, 4.0)
+      >>> eps <= min(r + math.log(1e5) / (a - 1) for a, r in zip(orders, rdp))   # below the classic conversion
+      True
+    """
     delta = checks.delta("delta", delta, scalar=True)
     eps, order = _rdp.compute_epsilon(list(orders), list(rdp), delta)
     return float(eps), float(order)
 
 
 def rdp_to_delta(orders: Sequence[float], rdp: Sequence[float], epsilon: float) -> tuple[float, float]:
-    """``(delta, optimal order)`` of an RDP curve at ``epsilon`` (nats), by ``dp_accounting``."""
+    """``(delta, optimal order)`` of an RDP curve at ``epsilon`` (nats), by ``dp_accounting``.
+
+    Example:
+      >>> orders = [2, 4, 8, 16, 32, 64]
+      >>> delta, order = rdp_to_delta(orders, [a / 2 for a in orders], epsilon=5.0879)   # inverts rdp_to_epsilon
+      >>> f"{delta:.1e}", order
+      ('1.0e-05', 4.0)
+    """
     epsilon = checks.epsilon("epsilon", epsilon, allow_zero=True)
     d, order = _rdp.rdp_privacy_accountant.compute_delta(list(orders), list(rdp), epsilon)
     return float(d), float(order)

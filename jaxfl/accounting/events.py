@@ -157,6 +157,14 @@ class PvecDpEvent(DpEvent):
     replaced by any other of norm at most the bound). Assumes a trusted shuffler and that the number of
     users is public. Its ``(epsilon, delta)`` is jaxfl's own analysis of the protocol
     (:func:`jaxfl.privacy.shuffle.shuffled_epsilon`), not Cheu et al.'s constants. Accountant: ``"shuffle"``.
+
+    Example:
+      >>> from jaxfl.accounting import make_accountant
+      >>> from jaxfl.privacy.shuffle import pvec_parameters
+      >>> g, b, p = pvec_parameters(1.0, 1e-5, num_users=1000, dim=10)     # calibrated to epsilon 1
+      >>> event = PvecDpEvent(g, b, p, num_users=1000, dim=10)
+      >>> make_accountant("shuffle").compose(event).epsilon(1e-5) <= 1.0
+      True
     """
 
     granularity: int
@@ -179,6 +187,15 @@ class ShuffledGaussianDpEvent(DpEvent):
     :func:`jaxfl.accounting.shuffle_model.shuffled_gaussian_epsilon`) by the analytic Gaussian mechanism,
     Feldman-McMillan-Talwar amplification by shuffling and amplification by subsampling at rate
     ``reports / (num_silos * records_per_silo)``.
+
+    Example:
+      >>> from jaxfl.accounting import make_accountant
+      >>> event = ShuffledGaussianDpEvent(5.0, reports=10_000, num_silos=10_000, records_per_silo=100)
+      >>> round(make_accountant("shuffle").compose(event).epsilon(1e-5), 4)
+      0.0059
+      >>> few = ShuffledGaussianDpEvent(5.0, reports=1000, num_silos=1000, records_per_silo=100)
+      >>> make_accountant("shuffle").compose(few).epsilon(1e-5)   # too few reports to amplify
+      inf
     """
 
     noise_multiplier: float
@@ -216,6 +233,11 @@ class DprecDpEvent(DpEvent):
         Rényi divergence of order ``alpha`` between message and prior is at most ``alpha c^2 / 2`` nats.
       bits: the **total** index bits ``b_tot`` of the update over all its blocks (>= 1); ``K = 2^b_tot``
         enters the delta overhead ``12 e^{c^2} / 2^b_tot``.
+
+    Example:
+      >>> from jaxfl.accounting import make_accountant
+      >>> round(make_accountant("dprec").compose(DprecDpEvent(0.5, bits=56)).epsilon(1e-5), 3)  # one client
+      3.645
     """
 
     clip_multiplier: float
@@ -268,6 +290,15 @@ class RoundCycleDpEvent(DpEvent):
     rounds, difference steps between them). The members are ordinary events, each stated for the
     neighbouring relation of the privacy statement that holds the cycle. Only ledgers understand it: they
     hand the accountants the member events, each composed as often as the recorded rounds hit its position.
+
+    Example:
+      >>> import dp_accounting
+      >>> from jaxfl.accounting.ledger import CentralLedger
+      >>> cycle = RoundCycleDpEvent((dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(4.0)))
+      >>> pair = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(4.0)])
+      >>> both_twice = dp_accounting.SelfComposedDpEvent(pair, 2)
+      >>> CentralLedger(cycle).record(4).epsilon(1e-5) == CentralLedger(both_twice).record(1).epsilon(1e-5)
+      True
     """
 
     events: tuple
@@ -302,6 +333,18 @@ class RoundScheduleDpEvent(DpEvent):
     its end: accounting round ``len(events)`` or later raises ``ValueError`` naming the round. Only ledgers
     understand it: they hand the accountants the member events of the rounds they record, from whatever
     round they are at.
+
+    Example:
+      >>> import dp_accounting
+      >>> from jaxfl.accounting.ledger import CentralLedger
+      >>> rates = (0.01, 0.02, 0.04)                                          # a growing sampling rate
+      >>> schedule = RoundScheduleDpEvent(tuple(
+      ...     dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.0)) for q in rates))
+      >>> ledger = CentralLedger(schedule).record(3)
+      >>> ledger.record(1)
+      Traceback (most recent call last):
+      ...
+      ValueError: round 3 is past the end of the privacy schedule, which covers rounds 0..2 (asked for rounds 3..3)
     """
 
     events: tuple

@@ -82,6 +82,15 @@ class SiloLedger:
         accountant's own default (add/remove-one for ``"rdp"``/``"pld"``/``"dprec"``, replace-one for
         ``"lowy"``/``"shuffle"``).
       **accountant_kw: passed to the accountant constructor (e.g. ``orders=``).
+
+    Example:
+      >>> from jaxfl.accounting import gaussian_event
+      >>> ledger = SiloLedger([gaussian_event(1.0, sampling_rate=0.1, steps=10),        # silo 0
+      ...                      gaussian_event(2.0, sampling_rate=0.1, steps=10)])       # silo 1: more noise
+      >>> ledger.record(5).epsilons(1e-5).round(3), ledger.rounds
+      (array([5.885, 1.844]), 5)
+      >>> bool(ledger.epsilon(1e-5) == ledger.epsilons(1e-5).max())   # the statement: the worst silo
+      True
     """
 
     def __init__(self, silo_events: DpEvent | Sequence[DpEvent], accountant: str = "rdp", *,
@@ -306,6 +315,12 @@ class CentralLedger(SiloLedger):
       event: what one round releases about the whole dataset, as a ``dp_accounting`` event.
       accountant: registry name; ``neighboring_relation=``, ``composition=``, ``round_limit=`` as for
         :class:`SiloLedger`; other keywords go to the accountant's constructor.
+
+    Example:
+      >>> from jaxfl.accounting import gaussian_event
+      >>> ledger = CentralLedger(gaussian_event(1.0, sampling_rate=0.01))     # one round of user-level DP-FedAvg
+      >>> round(ledger.record(100).epsilon(1e-5), 3)
+      1.214
     """
 
     def __init__(self, event: DpEvent, accountant: str = "rdp", **kwargs: Any):

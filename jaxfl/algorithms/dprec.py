@@ -133,6 +133,22 @@ def dp_rec(loss_fn, *, params, client_opt: optax.GradientTransformation, partici
         (default: slices on the CPU backend when the batch's intermediates overflow the cache), ``None``
         (the whole batch at once) or an int (:mod:`jaxfl.privacy.microbatch`). Memory and speed only: the
         same result to float rounding, the same privacy.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.compression.rec import fixed_size
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.engine.participation import with_replacement
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (2000, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> algorithm = dp_rec(logistic_loss, params=init_linear(5), client_opt=optax.sgd(0.5),
+      ...                    participation=with_replacement(10), batch_size=10, prior_std=0.1, clip_multiplier=0.5,
+      ...                    layout=fixed_size(6, 1, bits=8))     # each of the 6 parameters sent as an 8-bit index
+      >>> result = jaxfl.train(algorithm, iid(x, y, num_silos=100, seed=0), init_linear(5), rounds=50,
+      ...                      delta=100 ** -1.1, accountant="dprec", progress=False)
+      >>> round(result.epsilon, 3), float(binary_accuracy(result.params, x, y)) > 0.9
+      (0.566, True)
     """
     b = _slots(participation, clients_per_round)
     microbatch = check_microbatch(microbatch)

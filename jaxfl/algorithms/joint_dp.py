@@ -204,6 +204,20 @@ def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.
         ``D_X / 2``; inf: unconstrained).
       separable: declares ``grad_u h`` independent of ``x`` (see the module docstring); needed for a
         privacy statement.
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, jaxfl
+      >>> rng = np.random.default_rng(0)
+      >>> data = jaxfl.from_silos([(rng.normal(size=(50, 3)).astype(np.float32), np.zeros(50, np.float32))
+      ...                          for _ in range(4)])
+      >>> def loss(p, z, y):                        # separable: the u-gradient does not depend on x
+      ...     return 0.5 * jnp.sum((p["x"] - z) ** 2) + 0.5 * jnp.sum((p["u"] - z) ** 2)
+      >>> algorithm = ansgd(loss, shared={"x": "private", "u": "shared"}, learning_rate=0.05, noise_multiplier=2.0,
+      ...                   lipschitz=5.0, separable=True)
+      >>> result = jaxfl.train(algorithm, data, {"x": jnp.zeros(3), "u": jnp.zeros(3)}, rounds=200, delta=1e-5,
+      ...                      progress=False)
+      >>> result.epsilons.round(3)                    # record level, one ledger per owner
+      array([1.091, 1.091, 1.091, 1.091])
     """
     eta, z, project_u, project_x = _check_common(learning_rate, noise_multiplier, shared_radius, private_radius)
     clip = checks.positive_float("lipschitz", lipschitz, allow_inf=True)

@@ -41,6 +41,20 @@ def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_k
     :func:`train` does). ``on_round(r)`` (optional) is called on the host as round ``r`` runs (a
     ``jax.debug.callback``: progress, not results). Returns ``(state, infos)`` with every info leaf stacked over
     rounds.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (1000, 5)))
+      >>> data = jaxfl.from_silos([(x, (x[:, 0] > 0).astype(np.float32))])
+      >>> algorithm = jaxfl.dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50, num_records=1000,
+      ...                          clip_norm=1.0, noise_multiplier=1.0)
+      >>> state = algorithm.init(init_linear(5))
+      >>> run = jax.jit(lambda s, start: run_rounds(algorithm, s, data, jax.random.key(0), start, 10))
+      >>> state, infos = run(state, 0)                   # rounds 0..9, one compiled program
+      >>> state, infos = run(state, 10)                  # rounds 10..19, the same program
+      >>> infos["clipped_fraction"].shape                 # one value per round
+      (10,)
     """
     if algorithm.schedule is not None and inputs is None:
         inputs = jax.tree_util.tree_map(
@@ -85,6 +99,20 @@ class TrainResult:
       epsilon: the epsilon spent at ``delta`` (max over silos for ISRL-DP), or None if non-private.
       epsilons: per-silo epsilons (ISRL-DP) or None.
       ledger: the privacy ledger, for further queries.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (1000, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> algorithm = jaxfl.dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50, num_records=1000,
+      ...                          clip_norm=1.0, noise_multiplier=1.0)
+      >>> result = jaxfl.train(algorithm, jaxfl.from_silos([(x, y)]), init_linear(5), rounds=20, delta=1e-5,
+      ...                      eval_every=10, progress=False)
+      >>> result.rounds, result.stop_reason, len(result.history), result.params["w"].shape
+      (20, 'completed', 2, (5,))
+      >>> round(result.epsilon, 3), result.ledger.rounds, round(result.history[-1]["epsilon"], 3)
+      (2.481, 20, 2.481)
     """
 
     state: Any

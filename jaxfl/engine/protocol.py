@@ -32,6 +32,17 @@ class RoundPrivacy(NamedTuple):
       round_limit: the most rounds the statement covers (one-pass: ``floor(n / K)``), or None.
       central: for shuffle-model algorithms, the one event describing what the *shuffled* transcript of a
         round reveals about any record of the union of the silos (central DP; Lowy & Razaviyayn §5), or None.
+
+    Example:
+      >>> import numpy as np, optax, jaxfl
+      >>> from jaxfl.models import logistic_loss
+      >>> algorithm = jaxfl.dp_fedavg(logistic_loss, client_opt=optax.sgd(0.1), local_steps=5, batch_size=4,
+      ...                             participation=jaxfl.engine.participation.poisson(0.1), expected_clients=10,
+      ...                             clip_norm=1.0, noise_multiplier=1.0)
+      >>> statement = algorithm.privacy(np.full(100, 20))        # 100 clients of 20 records
+      >>> statement.level, statement.relation.name, statement.events
+      ('client', 'ADD_OR_REMOVE_ONE',
+       (PoissonSampledDpEvent(sampling_probability=0.1, event=GaussianDpEvent(noise_multiplier=1.0)),))
     """
 
     events: Sequence[Any]
@@ -65,6 +76,16 @@ class FederatedAlgorithm(NamedTuple):
       silo_params: ``state -> params of every silo's own model`` (leaves ``[num_silos, ...]``), for
         personalised evaluation; None (or a function returning None): every silo evaluates the shared
         ``state.params``.
+
+    Example:
+      >>> import numpy as np, optax, jaxfl
+      >>> from jaxfl.models import logistic_loss
+      >>> algorithm = jaxfl.dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50, num_records=1000,
+      ...                          clip_norm=1.0, noise_multiplier=1.0)
+      >>> isinstance(algorithm, FederatedAlgorithm), algorithm.name
+      (True, 'dp_sgd')
+      >>> algorithm.privacy(np.array([1000])).events        # what one round releases, for the ledger
+      (PoissonSampledDpEvent(sampling_probability=0.05, event=GaussianDpEvent(noise_multiplier=1.0)),)
     """
 
     init: Callable[[Params], State]
@@ -98,14 +119,31 @@ class SiloState(NamedTuple):
 class PerRound(NamedTuple):
     """A hyperparameter given one value per round: ``values[r]`` is used in round ``r`` (host array with a
     leading round axis). Factories that accept it put it in the algorithm's ``schedule`` and state the
-    privacy of every round with that round's value."""
+    privacy of every round with that round's value.
+
+    Example:
+      >>> import numpy as np
+      >>> rates = PerRound(np.linspace(0.01, 0.05, 5))     # round r uses rates.values[r]
+      >>> rates.values.shape
+      (5,)
+    """
 
     values: Any
 
 
 def initial_state(algorithm: FederatedAlgorithm, params, num_silos: int):
     """``algorithm.init(params)``, paired with ``init_silos(params, num_silos)`` in a
-    :class:`SiloState` when the algorithm keeps silo state."""
+    :class:`SiloState` when the algorithm keeps silo state.
+
+    Example:
+      >>> import optax
+      >>> from jaxfl.algorithms import scaffold
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> state = initial_state(scaffold(logistic_loss, client_opt=optax.sgd(0.1), local_steps=2, batch_size=4),
+      ...                       init_linear(3), num_silos=4)
+      >>> type(state).__name__, state.silos["w"].shape      # one control variate row per silo
+      ('SiloState', (4, 3))
+    """
     server = algorithm.init(params)
     if algorithm.init_silos is None:
         return server

@@ -22,7 +22,13 @@ ServerFn = Callable[..., tuple]
 
 
 class RoundContext(NamedTuple):
-    """What the server knows in a round besides the aggregate."""
+    """What the server knows in a round besides the aggregate.
+
+    Example:
+      >>> ctx = RoundContext(total_weight=jnp.float32(2), round_key=jax.random.key(0), counts=jnp.array([3, 5, 0]))
+      >>> int(jnp.sum(ctx.counts > 0))              # real silos (a padding silo has count 0)
+      2
+    """
 
     total_weight: jnp.ndarray  # sum of participation weights (number of participants)
     round_key: jax.Array
@@ -34,7 +40,13 @@ class Aggregator(NamedTuple):
     """An aggregator ``(messages [num_silos, ...], weights [num_silos], round_key) -> aggregate`` and whether it
     depends on participants only (``participants_only``: non-participants' messages weighted 0 and added in silo
     order, so that :func:`make_round` may run the participants' clients alone). A plain function of that
-    signature may stand in for one (treated as depending on every silo)."""
+    signature may stand in for one (treated as depending on every silo).
+
+    Example:
+      >>> mean = Aggregator(lambda m, w, key: jnp.tensordot(w, m, 1) / jnp.sum(w), participants_only=True)
+      >>> mean(jnp.array([[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]), jnp.array([1.0, 1.0, 0.0]), jax.random.key(0))
+      Array([2., 3.], dtype=float32)
+    """
 
     aggregate: Callable[[Any, jnp.ndarray, jax.Array], Any]
     participants_only: bool = False
@@ -136,6 +148,28 @@ def make_round(client_fn: ClientFn, server_fn: ServerFn, participation: Particip
     ``clients_per_pass`` at a time in a ``while`` loop, so a round costs about as many client runs as there
     are participants (Poisson sampling of few clients out of many). Same keys, same result up to the
     order of floating-point summation.
+
+    Example:
+      >>> from typing import NamedTuple
+      >>> import numpy as np, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.engine import FederatedAlgorithm
+      >>> from jaxfl.engine.participation import uniform
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> class State(NamedTuple):
+      ...     params: dict
+      >>> def client(params, x, y, count, silo_key):          # one silo (vmapped): its mean gradient
+      ...     mask = jnp.arange(x.shape[0]) < count
+      ...     mean_loss = lambda p: jnp.sum(jax.vmap(logistic_loss, (None, 0, 0))(p, x, y) * mask) / count
+      ...     return jax.grad(mean_loss)(params), {}
+      >>> def server(state, summed, ctx):                     # a step along the participants' mean
+      ...     return State(jax.tree.map(lambda p, g: p - g / ctx.total_weight, state.params, summed)), {}
+      >>> fedsgd = FederatedAlgorithm(init=State, round=make_round(client, server, uniform(2)), name="fedsgd")
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> result = jaxfl.train(fedsgd, iid(x, y, num_silos=4, seed=0), init_linear(5), rounds=50, progress=False)
+      >>> float(binary_accuracy(result.params, x, y)) > 0.95, result.history[-1]["participants"]
+      (True, 2.0)
     """
     if clients_per_pass is not None and (aggregator is not weighted_sum or per_silo is not None):
         raise ValueError("clients_per_pass needs the weighted_sum aggregator and no per_silo values")

@@ -4,7 +4,18 @@ from jaxfl.models.linear import (binary_accuracy, init_linear, linear, logistic_
 
 
 def per_example_loss(module, loss):
-    """Turns a flax module and ``loss(output, y)`` into a per-example ``(params, x, y) -> scalar``."""
+    """Turns a flax module and ``loss(output, y)`` into a per-example ``(params, x, y) -> scalar``.
+
+    Example:
+      >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> module = nn.Dense(3)
+      >>> loss = per_example_loss(module, softmax_cross_entropy)   # (params, x: [d], y: int) -> scalar
+      >>> params = module.init(jax.random.key(0), jnp.zeros(4))
+      >>> loss(params, jnp.zeros(4), 2).shape                       # zero input: logits 0, loss log 3
+      ()
+      >>> round(float(loss(params, jnp.zeros(4), 2)), 4)
+      1.0986
+    """
 
     def fn(params, x, y):
         return loss(module.apply(params, x[None])[0], y)

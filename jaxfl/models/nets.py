@@ -94,7 +94,14 @@ class MnistMLP(nn.Module):
 
 
 class WbcdMLP(MnistMLP):
-    """``MnistMLP`` with 5 hidden units: ``x: [..., 30]`` -> one logit ``[...]`` (malignant = 1)."""
+    """``MnistMLP`` with 5 hidden units: ``x: [..., 30]`` -> one logit ``[...]`` (malignant = 1).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> params = init_params(WbcdMLP(), jax.random.key(0), (30,))
+      >>> num_params(params), WbcdMLP().apply(params, jnp.zeros((4, 30))).shape
+      (161, (4,))
+    """
 
     hidden: int = 5
 
@@ -189,7 +196,15 @@ def softmax_cross_entropy(logits, y):
 
 
 def binary_error(module: nn.Module) -> Callable:
-    """``(params, x: [n, ...], y: [n]) -> mean((logit > 0) != (y > 0.5))`` for a one-logit model."""
+    """``(params, x: [n, ...], y: [n]) -> mean((logit > 0) != (y > 0.5))`` for a one-logit model.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> error = binary_error(mnist_mlp)
+      >>> params = init_params(mnist_mlp, jax.random.key(0), (784,))
+      >>> float(error(params, jnp.zeros((4, 784)), jnp.array([0.0, 1.0, 1.0, 0.0])))  # one logit for all: half wrong
+      0.5
+    """
 
     def fn(params, x, y):
         return jnp.mean((module.apply(params, x) > 0) != (y > 0.5))
@@ -198,7 +213,15 @@ def binary_error(module: nn.Module) -> Callable:
 
 
 def multiclass_error(module: nn.Module) -> Callable:
-    """``(params, x: [n, ...], y: [n]) -> mean(argmax(logits) != y)`` for a k-logit model."""
+    """``(params, x: [n, ...], y: [n]) -> mean(argmax(logits) != y)`` for a k-logit model.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> error = multiclass_error(cifar_cnn)
+      >>> params = init_params(cifar_cnn, jax.random.key(0), (32, 32, 3))
+      >>> 0.0 <= float(error(params, jnp.zeros((2, 32, 32, 3)), jnp.array([0, 1]))) <= 1.0
+      True
+    """
 
     def fn(params, x, y):
         return jnp.mean(jnp.argmax(module.apply(params, x), axis=-1) != y)
@@ -282,6 +305,12 @@ class MnistLeNet5(nn.Module):
     (43 GB) implies (digest §5.3). A classic LeNet-5 (~44-62k parameters) would not fit it. The
     flatten is in HWC order (PyTorch flattens CHW), which only permutes ``fc1``'s rows. A single
     image ``[28, 28, 1]`` gives ``[10]``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> params = init_params(MnistLeNet5(), jax.random.key(0), (28, 28, 1))
+      >>> num_params(params), MnistLeNet5().apply(params, jnp.zeros((2, 28, 28, 1))).shape
+      (582026, (2, 10))
     """
 
     num_classes: int = MNIST_CLASSES
@@ -358,6 +387,13 @@ def param_blocks(params) -> list[ParamBlock]:
     For the flax models here: ``conv1/bias, conv1/kernel, conv2/bias, ..., fc2/kernel``.
     ``len(param_blocks(params))`` is DP-REC's number of per-tensor blocks (8 for :class:`MnistLeNet5`
     and :class:`FemnistCNN`), so ``b_total = 7 * len(...)``.
+
+    Example:
+      >>> params = init_params(lenet5, jax.random.key(0), (28, 28, 1))
+      >>> [(b.path, b.size) for b in param_blocks(params)][:2]
+      [('params/conv1/bias', 32), ('params/conv1/kernel', 800)]
+      >>> len(param_blocks(params)), sum(b.size for b in param_blocks(params))
+      (8, 582026)
     """
     leaves, _ = jax.tree_util.tree_flatten_with_path(params)
     return [ParamBlock("/".join(_key_name(k) for k in path), tuple(int(d) for d in leaf.shape),

@@ -27,6 +27,13 @@ class ClippedSum(NamedTuple):
         one record moves it by at most ``2 C``. Only the clipped leaves have it: unclipped ones have none.
       count: number of real (unmasked) records summed, a float scalar.
       num_clipped: how many real records had ``||g_j|| > C``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> s = clipped_grad_sum(lambda p, x, y: jnp.sum(p * x), jnp.zeros(2), jnp.array([[3.0, 4.0]]),
+      ...                      jnp.zeros(1), jnp.ones(1), 2.0)
+      >>> s.value, float(s.sensitivity), int(s.num_clipped)
+      (Array([1.2, 1.6], dtype=float32), 2.0, 1)
     """
 
     value: object
@@ -164,6 +171,15 @@ def selected_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, selected, c
       unclipped: parameters summed without clipping (:func:`clipped_grad_sum`).
     Returns:
       the :class:`ClippedSum` of the selected records (``count``: how many were selected).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> loss = lambda p, x, y: jnp.sum(p * x)
+      >>> x = jnp.array([[3.0, 4.0], [0.3, 0.4], [9.0, 9.0]])
+      >>> s = selected_clipped_grad_sum(loss, jnp.zeros(2), x, jnp.zeros(3), jnp.array([True, True, False]), 1.0,
+      ...                               chunk=2)
+      >>> s.value, float(s.count)
+      (Array([0.90000004, 1.2       ], dtype=float32), 2.0)
     """
     total = jnp.sum(selected)
     slots = -(-selected.shape[0] // chunk) * chunk
@@ -215,6 +231,16 @@ def explicit_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_
       mask: ``[batch]`` weights, 1 on real records and 0 on padding (or a record's multiplicity).
       clip_norm: ``C``; ``inf`` for non-private training.
       unclipped: parameters summed without clipping and left out of the norms (:func:`clipped_grad_sum`).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> loss = lambda p, x, y: jnp.sum(p * x)                  # per-example gradient: x
+      >>> x = jnp.array([[3.0, 4.0], [0.3, 0.4], [9.0, 9.0]])
+      >>> s = explicit_clipped_grad_sum(loss, jnp.zeros(2), x, jnp.zeros(3), jnp.array([1.0, 1.0, 0.0]), 1.0)
+      >>> s.value                                                # [0.6, 0.8] + [0.3, 0.4]; row 3 is padding
+      Array([0.90000004, 1.2       ], dtype=float32)
+      >>> float(s.count), int(s.num_clipped), float(s.sensitivity)
+      (2.0, 1, 1.0)
     """
     flags = unclipped_flags(unclipped, params)
     loss_fn = for_backend(loss_fn)

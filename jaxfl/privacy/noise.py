@@ -52,7 +52,15 @@ def _is_python_zero(value) -> bool:
 def unit_noise_like(key: jax.Array, tree, noise_multiplier):
     """The unit noise of a Gaussian mechanism: :func:`gaussian_like` ``(key, tree, 1.0)``, or ``None``
     when ``noise_multiplier`` is a Python ``0`` (no noise is drawn at all; a traced or array zero still
-    draws, and :func:`noisy_clipped_mean` scales it to exact zeros)."""
+    draws, and :func:`noisy_clipped_mean` scales it to exact zeros).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> unit_noise_like(jax.random.key(0), {"w": jnp.zeros(3)}, 0) is None   # a Python 0 draws nothing
+      True
+      >>> unit_noise_like(jax.random.key(0), {"w": jnp.zeros(3)}, 1.0)["w"].shape
+      (3,)
+    """
     return None if _is_python_zero(noise_multiplier) else gaussian_like(key, tree, 1.0)
 
 
@@ -68,6 +76,16 @@ def noisy_clipped_mean(clipped_sum, unit_noise, *, clip_norm, noise_multiplier, 
       clip_norm, noise_multiplier: ``C`` and ``z`` (may be traced); ``z = 0`` adds exact zeros, also
         with ``C = inf``.
       denominator: scalar the noisy sum is divided by (e.g. the public batch size); may be traced.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> total = {"w": jnp.array([3.0, -1.0])}                  # a sum of 4 clipped gradients, C = 1
+      >>> noise = unit_noise_like(jax.random.key(0), total, 1.1)
+      >>> mean = noisy_clipped_mean(total, noise, clip_norm=1.0, noise_multiplier=1.1, denominator=4)
+      >>> mean["w"].shape
+      (2,)
+      >>> noisy_clipped_mean(total, None, clip_norm=1.0, noise_multiplier=0, denominator=4)["w"]  # z = 0: exact
+      Array([ 0.75, -0.25], dtype=float32)
     """
     if unit_noise is None and not _is_python_zero(noise_multiplier):
         raise ValueError("unit_noise is None but noise_multiplier is not a Python 0: the noise would be lost")
