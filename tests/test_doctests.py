@@ -6,6 +6,7 @@ import pkgutil
 import pytest
 
 import jaxfl
+from jaxfl.data.sources import find_file
 
 
 def _modules_with_examples():
@@ -21,6 +22,10 @@ def _modules_with_examples():
 
 MODULES = _modules_with_examples()
 
+#: Modules whose examples read the bundled data files (``../shared/data`` or ``$JAXFL_DATA_DIR``): skipped, as the
+#: data tests are, on a machine without them.
+NEEDS_DATA = {"jaxfl.data.loaders": "mnist/t10k-images-idx3-ubyte.gz"}
+
 
 def test_some_modules_have_examples():
     assert {"jaxfl.algorithms.sgd", "jaxfl.models.rewrite"} <= set(MODULES)
@@ -28,5 +33,7 @@ def test_some_modules_have_examples():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name):
+    if name in NEEDS_DATA and find_file(NEEDS_DATA[name]) is None:
+        pytest.skip(f"{name}'s examples read {NEEDS_DATA[name]}, not found here (set JAXFL_DATA_DIR)")
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name} (run with -s to see)"

@@ -20,6 +20,14 @@ class FederatedData(NamedTuple):
       x: features, ``[num_silos, max_records, *feature_shape]``.
       y: targets, ``[num_silos, max_records, *target_shape]``.
       counts: ``int32[num_silos]``, the number of real (non-padding) records of each silo.
+
+    Example:
+      >>> import numpy as np
+      >>> data = from_silos([(np.ones((3, 2)), np.zeros(3)), (np.ones((5, 2)), np.ones(5))])
+      >>> data.num_silos, data.max_records, data.counts.tolist()
+      (2, 5, [3, 5])
+      >>> data.mask().astype(int).tolist()        # 1 on real records, 0 on padding
+      [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
     """
 
     x: jnp.ndarray

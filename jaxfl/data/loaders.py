@@ -51,6 +51,13 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
     Raises:
       ValueError: naming the file, for a bad magic number, unknown type code or wrong length.
+
+    Example:
+      >>> import pathlib, tempfile
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "tiny-idx1-ubyte"
+      >>> _ = path.write_bytes(bytes([0, 0, 0x08, 1]) + (3).to_bytes(4, "big") + bytes([7, 2, 1]))  # uint8, 1-d, 3
+      >>> read_idx(path)
+      array([7, 2, 1], dtype=uint8)
     """
     opener = gzip.open if str(path).endswith(".gz") else open
     with readable(path), opener(path, "rb") as f:
@@ -85,12 +92,25 @@ def _load_idx_pair(name: str, split: str, data_dir: PathLike, download: bool):
 
 
 def load_mnist(split: str = "train", *, data_dir: PathLike = None, download: bool = False):
-    """MNIST digits: ``x: uint8[n, 28, 28]``, ``y: int32[n]`` in 0..9 (n = 60000 train, 10000 test)."""
+    """MNIST digits: ``x: uint8[n, 28, 28]``, ``y: int32[n]`` in 0..9 (n = 60000 train, 10000 test).
+
+    Example:
+      >>> x, y = load_mnist("test")                  # the shared copy, or pass download=True
+      >>> x.shape, x.dtype, y.dtype, int(y.max())
+      ((10000, 28, 28), dtype('uint8'), dtype('int32'), 9)
+      >>> images = (x[..., None] / 255.0).astype("float32")   # [n, 28, 28, 1] in [0, 1], what the CNNs take
+    """
     return _load_idx_pair("mnist", split, data_dir, download)
 
 
 def load_fashion_mnist(split: str = "train", *, data_dir: PathLike = None, download: bool = False):
-    """Fashion-MNIST: ``x: uint8[n, 28, 28]``, ``y: int32[n]`` in 0..9 (n = 60000 train, 10000 test)."""
+    """Fashion-MNIST: ``x: uint8[n, 28, 28]``, ``y: int32[n]`` in 0..9 (n = 60000 train, 10000 test).
+
+    Example:
+      >>> x, y = load_fashion_mnist("test")
+      >>> x.shape, x.dtype, y.dtype
+      ((10000, 28, 28), dtype('uint8'), dtype('int32'))
+    """
     return _load_idx_pair("fashion-mnist", split, data_dir, download)
 
 
@@ -102,6 +122,11 @@ def load_cifar10_subset(split: str = "train", *, data_dir: PathLike = None, down
 
     ``train`` is the first 4000 images of ``data_batch_1``, ``test`` the first 1000 of ``test_batch``,
     in the official order.
+
+    Example:
+      >>> x, y = load_cifar10_subset("test")
+      >>> x.shape, x.dtype, sorted(set(y.tolist())) == list(range(10))
+      ((1000, 32, 32, 3), dtype('uint8'), True)
     """
     _check_split("cifar10-subset", split, ("train", "test"))
     path = locate("cifar10-subset", "npz", data_dir, download=download)
@@ -160,6 +185,11 @@ def load_libsvm(name: str, split: str = "train", *, labels: str = "01", data_dir
       labels: ``"01"`` (default) maps the two classes to ``int32`` 0/1 (negative class 0),
         ``"pm1"`` to ``int32`` -1/+1, ``"raw"`` keeps the file's values as ``float32``
         (±1 for a9a/w8a/ijcnn1, 0/1 for phishing).
+
+    Example:
+      >>> x, y = load_libsvm("a9a", "test")          # labels {-1, +1} as {0, 1} (labels="01")
+      >>> x.shape, x.dtype, sorted(set(y.tolist()))
+      ((16281, 123), dtype('float32'), [0, 1])
     """
     load_svmlight_file = require("sklearn.datasets").load_svmlight_file
 
@@ -278,7 +308,12 @@ def _encode_table(rows, columns, categories, encoding, path):
 
 
 def insurance_feature_names(encoding: str = "label") -> tuple[str, ...]:
-    """Column names of :func:`load_insurance`'s ``x`` for ``encoding``."""
+    """Column names of :func:`load_insurance`'s ``x`` for ``encoding``.
+
+    Example:
+      >>> insurance_feature_names()
+      ('age', 'sex', 'bmi', 'children', 'smoker', 'region')
+    """
     return _encode_table([], INSURANCE_COLUMNS[:-1], INSURANCE_CATEGORIES, encoding, "")[1]
 
 
@@ -291,6 +326,11 @@ def load_insurance(*, encoding: str = "label", data_dir: PathLike = None, downlo
     (:func:`insurance_feature_names`). No bias column and no standardisation: Lowy & Razaviyayn adds a column
     of ones and standardises age and bmi with per-silo training statistics
     (:func:`jaxfl.data.preprocess.standardize` with ``columns=``).
+
+    Example:
+      >>> x, y = load_insurance(encoding="onehot")
+      >>> x.shape, insurance_feature_names("onehot")[-4:]
+      ((1338, 9), ('region=northeast', 'region=northwest', 'region=southeast', 'region=southwest'))
     """
     path = locate("insurance", "csv", data_dir, download=download)
     rows = _read_csv_gz(path, INSURANCE_COLUMNS)
@@ -300,7 +340,12 @@ def load_insurance(*, encoding: str = "label", data_dir: PathLike = None, downlo
 
 
 def obesity_feature_names(encoding: str = "label") -> tuple[str, ...]:
-    """Column names of :func:`load_obesity`'s ``x`` for ``encoding``."""
+    """Column names of :func:`load_obesity`'s ``x`` for ``encoding``.
+
+    Example:
+      >>> len(obesity_feature_names()), len(obesity_feature_names("onehot"))
+      (16, 26)
+    """
     return _encode_table([], OBESITY_COLUMNS[:-1], OBESITY_CATEGORIES, encoding, "")[1]
 
 
@@ -313,6 +358,11 @@ def load_obesity(*, encoding: str = "label", data_dir: PathLike = None, download
     multi-valued CAEC, CALC, MTRANS expanded to 0/1 columns (:func:`obesity_feature_names`).
     ``y`` indexes :data:`OBESITY_CLASSES` (sorted names, the authors' encoding). No bias column and no
     standardisation (Lowy & Razaviyayn standardises Age, Height, Weight, CH2O, TUE with training statistics).
+
+    Example:
+      >>> x, y = load_obesity()
+      >>> x.shape, len(OBESITY_CLASSES), int(y.max())
+      ((2111, 16), 7, 6)
     """
     path = locate("obesity", "csv", data_dir, download=download)
     rows = _read_csv_gz(path, OBESITY_COLUMNS)
@@ -330,13 +380,24 @@ def load_breast_cancer():
 
     Returns ``x: float32[569, 30]``, ``y: int32[569]`` with 0 = malignant (212), 1 = benign (357),
     scikit-learn's coding.
+
+    Example:
+      >>> x, y = load_breast_cancer()
+      >>> x.shape, int((y == 0).sum()), int((y == 1).sum())     # malignant, benign
+      ((569, 30), 212, 357)
     """
     d = require("sklearn.datasets").load_breast_cancer()
     return d.data.astype(np.float32), d.target.astype(np.int32)
 
 
 def load_digits():
-    """scikit-learn's 8x8 digits: ``x: float32[1797, 64]`` in 0..16, ``y: int32[1797]`` in 0..9."""
+    """scikit-learn's 8x8 digits: ``x: float32[1797, 64]`` in 0..16, ``y: int32[1797]`` in 0..9.
+
+    Example:
+      >>> x, y = load_digits()
+      >>> x.shape, float(x.max())
+      ((1797, 64), 16.0)
+    """
     d = require("sklearn.datasets").load_digits()
     return d.data.astype(np.float32), d.target.astype(np.int32)
 
@@ -375,6 +436,15 @@ def load(name: str, split: str | None = None, **kw):
 
     Raises:
       ValueError: ``unknown dataset 'foo' (known: ...)``, or a split the dataset does not have.
+
+    Example:
+      >>> x, y = load("wbcd")                        # breast-cancer, split "all"
+      >>> x.shape
+      (569, 30)
+      >>> load("mnist", "all")
+      Traceback (most recent call last):
+      ...
+      ValueError: unknown split 'all' for mnist (splits: train, test)
     """
     key = str(name).lower().replace("_", "-")
     key = _ALIASES.get(key, key)

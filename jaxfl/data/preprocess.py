@@ -21,6 +21,12 @@ class AffineFit(NamedTuple):
     """A fitted per-feature affine map ``x -> (x - shift) * mul + offset``.
 
     ``shift``, ``mul``: ``[*feature_shape]``; ``offset``: a scalar.
+
+    Example:
+      >>> import numpy as np
+      >>> train, fit = standardize(np.array([[0.0, 10.0], [2.0, 30.0]]))
+      >>> fit.shift.tolist(), fit.mul.tolist()                       # x -> (x - mean) / std
+      ([1.0, 20.0], [1.0, 0.1])
     """
 
     shift: np.ndarray
@@ -39,6 +45,13 @@ class PCAFit(NamedTuple):
     Attributes:
       mean: ``[d]`` training mean. components: ``[dim, d]`` orthonormal rows, by decreasing variance,
         each with its largest-magnitude entry positive. explained_variance: ``[dim]`` (``s**2/(n-1)``).
+
+    Example:
+      >>> import numpy as np
+      >>> x = np.random.default_rng(0).normal(size=(100, 5)) * [3.0, 1.0, 0.1, 0.1, 0.1]
+      >>> train, fit = pca(x, dim=2)
+      >>> train.shape, fit.components.shape, bool(fit.explained_variance[0] > fit.explained_variance[1])
+      ((100, 2), (2, 5), True)
     """
 
     mean: np.ndarray

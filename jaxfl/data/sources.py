@@ -56,6 +56,10 @@ class Source(NamedTuple):
     - ``"gzip"``: gzip-compressed (level 9, no name, mtime 0), like ``gzip -9 -n``;
     - ``"crlf-gzip"``: CRLF line ends turned into LF, a final newline added, then ``"gzip"``;
     - ``"zip-gzip:<member>"``: ``<member>`` extracted from the downloaded zip, then ``"gzip"``.
+
+    Example:
+      >>> Source("https://example.org/data.csv", transform="crlf-gzip").transform
+      'crlf-gzip'
     """
 
     url: str
@@ -74,6 +78,11 @@ class FileSpec(NamedTuple):
         docstring); None where the cached bytes are the canonical bytes.
       md5: the publisher's md5 of the cached bytes, where one is published (informational).
       size: size in bytes of the cached file, where known (informational).
+
+    Example:
+      >>> spec = file_spec("mnist", "test_labels")
+      >>> spec.path, spec.sources[0].url
+      ('mnist/t10k-labels-idx1-ubyte.gz', 'https://ossci-datasets.s3.amazonaws.com/mnist/t10k-labels-idx1-ubyte.gz')
     """
 
     key: str
@@ -226,6 +235,10 @@ def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
 
     An explicit ``data_dir`` is the only directory searched. Otherwise the list holds
     ``$JAXFL_DATA_DIR`` (if set), each ``<repo root>/../shared/data`` that exists, and the user cache.
+
+    Example:
+      >>> data_dirs("/tmp/my-data")                   # an explicit directory is the only one searched
+      [PosixPath('/tmp/my-data')]
     """
     if data_dir is not None:
         return [Path(data_dir).expanduser()]
@@ -250,7 +263,12 @@ def download_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def find_file(relpath: str, data_dir: str | os.PathLike | None = None) -> Path | None:
-    """The first ``<dir>/<relpath>`` that exists among :func:`data_dirs`, or None."""
+    """The first ``<dir>/<relpath>`` that exists among :func:`data_dirs`, or None.
+
+    Example:
+      >>> find_file("mnist/no-such-file.gz") is None
+      True
+    """
     for d in data_dirs(data_dir):
         p = d / relpath
         if p.is_file():
@@ -293,6 +311,18 @@ def verify(path: str | os.PathLike, spec: FileSpec) -> Path:
     A file passes when its sha256 equals ``spec.sha256``, or (files we compress) when its
     decompressed content's sha256 equals ``spec.content_sha256``. A pass is remembered for this
     process, keyed by path, size and mtime, so repeated loads hash each file once.
+
+    Example:
+      >>> import hashlib, pathlib, tempfile
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "f.txt"
+      >>> _ = path.write_bytes(b"hello")
+      >>> spec = FileSpec("f", "f.txt", hashlib.sha256(b"hello").hexdigest())
+      >>> verify(path, spec) == path
+      True
+      >>> verify(path, spec._replace(sha256="0" * 64))
+      Traceback (most recent call last):
+      ...
+      jaxfl.data.sources.ChecksumError: ...
     """
     path = Path(path)
     st = path.stat()
@@ -319,6 +349,13 @@ def locate(name: str, key: str, data_dir: str | os.PathLike | None = None, *, do
       FileNotFoundError: the file is missing and ``download`` is False (the message says where it
         looked and how to fetch it).
       ChecksumError: the file found has the wrong bytes.
+
+    Example:
+      >>> import tempfile
+      >>> locate("mnist", "test_labels", tempfile.mkdtemp())
+      Traceback (most recent call last):
+      ...
+      FileNotFoundError: mnist/t10k-labels-idx1-ubyte.gz (dataset 'mnist') not found in: ...
     """
     spec = file_spec(name, key)
     path = find_file(spec.path, data_dir)

@@ -67,7 +67,15 @@ def group_by_user(fd: FederatedData, records_per_user: int, *, seed: int | None 
 def per_user_loss(loss_fn):
     """``(params, x: [k, ...], y: [k, ...]) -> mean of loss_fn(params, x[j], y[j])``: one user's loss from a
     per-record loss, for data regrouped by :func:`group_by_user`. Clipping its gradient to ``C`` bounds the
-    user's whole contribution by ``C``."""
+    user's whole contribution by ``C``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> record_loss = lambda p, x, y: (p * x - y) ** 2
+      >>> user_loss = per_user_loss(record_loss)                      # the mean over one user's records
+      >>> float(user_loss(2.0, jnp.array([1.0, 2.0]), jnp.array([0.0, 0.0])))   # (4 + 16) / 2
+      10.0
+    """
 
     def loss(params, xs, ys):
         return jnp.mean(jax.vmap(loss_fn, in_axes=(None, 0, 0))(params, xs, ys))

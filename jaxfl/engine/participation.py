@@ -38,7 +38,17 @@ class Participation(NamedTuple):
     bounds it, ``max_participants`` (``M`` for :func:`uniform`), which lets
     :func:`jaxfl.engine.rounds.make_round` run the client on the participants only; ``rate`` is ``q`` for
     :func:`poisson` (an accountant needs it), else None. Any function of that signature may stand in for one
-    (:func:`resolve` wraps it, without a bound)."""
+    (:func:`resolve` wraps it, without a bound).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> every_other = Participation(lambda key, counts: (jnp.arange(counts.shape[0]) % 2 == 0).astype(jnp.float32),
+      ...                             max_participants=2)            # your own rule: silos 0 and 2 of 4
+      >>> every_other.weights(jax.random.key(0), jnp.array([5, 5, 5, 5])).tolist()
+      [1.0, 0.0, 1.0, 0.0]
+      >>> poisson(0.1).rate, uniform(3).max_participants
+      (0.1, 3)
+    """
 
     weights: Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
     max_participants: int | None = None

@@ -192,7 +192,12 @@ def load_papers(papers: str | os.PathLike | None = None) -> list[str]:
 
 
 def experiments(papers: str | os.PathLike | None = None) -> dict[str, Experiment]:
-    """Every registered study by name: the library's own and those of the paper homes (:func:`load_papers`)."""
+    """Every registered study by name: the library's own and those of the paper homes (:func:`load_papers`).
+
+    Example:
+      >>> "demo" in experiments()                             # the library's own study, beside the paper homes'
+      True
+    """
     for module in _LIBRARY_STUDIES:
         importlib.import_module(module)
     load_papers(papers)
@@ -200,7 +205,16 @@ def experiments(papers: str | os.PathLike | None = None) -> dict[str, Experiment
 
 
 def get_experiment(name: str, papers: str | os.PathLike | None = None) -> Experiment:
-    """The registered study ``name`` (e.g. ``"lowy-convex/mnist"``); ``ValueError`` naming the known ones."""
+    """The registered study ``name`` (e.g. ``"lowy-convex/mnist"``); ``ValueError`` naming the known ones.
+
+    Example:
+      >>> get_experiment("demo").name
+      'demo'
+      >>> get_experiment("no-such-study")
+      Traceback (most recent call last):
+      ...
+      ValueError: unknown experiment 'no-such-study' ...
+    """
     known = experiments(papers)
     if name not in known:
         where = find_papers(papers)

@@ -396,7 +396,16 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
     (a worker of ``jaxfl reproduce --workers``), only the share's grid programs and runs, stored under
     ``out_dir`` for the final run without a share; its rows are incomplete. ``segment_rounds`` (with
     ``out_dir``): grid programs run in segments of about that many rounds, each program's progress checkpointed
-    after every segment, so that a part stopped mid-way resumes there (:func:`_stored_sweep`)."""
+    after every segment, so that a part stopped mid-way resumes there (:func:`_stored_sweep`).
+
+    Example:
+      >>> from jaxfl.studies.demo import STUDY
+      >>> outcome = run(STUDY.form_of(quick=True), log=lambda *line: None)     # out_dir=None: nothing written
+      >>> [(row["family"], row["epsilon"]) for row in outcome.rows]
+      [('mbsgd', None), ('fedavg', None), ('dp', 1.0), ('dp', 8.0)]
+      >>> all(row["epsilon_spent"] <= row["epsilon"] * (1 + 1e-9) for row in outcome.rows if row["private"])
+      True
+    """
     if share is not None and out_dir is None:
         raise ValueError("a worker's share needs an out_dir to store its parts and checkpoints in")
     # The code that runs is the checkout's at the start: read it now, before a commit made during a long run
