@@ -171,11 +171,17 @@ def pl_svrg_step_size(beta, batch_size, silos_per_round, n) -> float:
 # FedProx-SPIDER (Algorithm 3, Theorem 3.1 / F.1)
 
 
-def sigma_spider(lipschitz, n, epsilon, delta, *, rounds, phase_length, smoothness=None
+SPIDER_CALIBRATIONS = ("paper", "authors-code")
+
+
+def sigma_spider(lipschitz, n, epsilon, delta, *, rounds, phase_length, smoothness=None, calibration="paper"
                  ) -> tuple[float, float, float]:
     """ISRL-DP FedProx-SPIDER (Alg. 3, Thm F.1; K1 = K2 = n), ``(sigma1, sigma2, sigma_hat2)``:
 
-    * checkpoint: ``sigma1^2 = 16 L^2 ln(1/delta) max(R/q, 1) / (eps^2 n^2)``;
+    * checkpoint: ``sigma1^2 = 16 L^2 ln(1/delta) max(R/q, 1) / (eps^2 n^2)`` (``calibration="paper"``, the
+      theorem as printed), or without the factor ``max(R/q, 1)`` (``"authors-code"``, what the authors' code
+      computes: ``min(q/R, 1)`` times the paper's variance; it does not meet the theorem's epsilon when
+      ``q < R``, and what it does meet is the accountant's to say);
     * difference, smooth branch: ``sigma2^2 = 16 beta^2 R ln(1/delta) / (eps^2 n^2)`` (multiplies
       ``||w_r - w_{r-1}||``); ``math.inf`` when ``smoothness`` (beta) is None -- the experiments'
       ``sigma2 = inf``, beta unknown, so the cap always applies;
@@ -183,8 +189,13 @@ def sigma_spider(lipschitz, n, epsilon, delta, *, rounds, phase_length, smoothne
 
     A difference step's noise std is :func:`spider_difference_sigma`. Needs ``epsilon <= 2 ln(1/delta)``
     (Prop. D.1; checked). Caveats (digest §9 item 9, §7): checkpoints and difference steps each spend about
-    the whole zCDP budget, so the total is about twice the target; and the authors' code omits the
-    ``max(R/q, 1)`` factor (multiply ``sigma1`` by ``sqrt(min(q/R, 1))`` to reproduce it).
+    the whole zCDP budget, so the total is about twice the target.
+
+    Example:
+      >>> paper = sigma_spider(1.0, 1238, 1.0, 1238 ** -2, rounds=25, phase_length=1)
+      >>> code = sigma_spider(1.0, 1238, 1.0, 1238 ** -2, rounds=25, phase_length=1, calibration="authors-code")
+      >>> round((code[0] / paper[0]) ** 2, 6), code[2] == paper[2]     # q / R = 1/25 of the checkpoint variance
+      (0.04, True)
     """
     L = checks.positive_float("lipschitz", lipschitz)
     n = checks.positive_int("n", n)
@@ -193,8 +204,9 @@ def sigma_spider(lipschitz, n, epsilon, delta, *, rounds, phase_length, smoothne
     R = checks.positive_int("rounds", rounds)
     q = checks.positive_int("phase_length", phase_length)
     _require_eps_at_most(eps, 2 * math.log(1 / dlt), "Theorem F.1 (eps <= 2 ln(1/delta)) with this delta")
+    checks.one_of("calibration", calibration, SPIDER_CALIBRATIONS)
     unit = math.log(1 / dlt) / (eps**2 * n**2)
-    sigma1 = math.sqrt(16 * L**2 * unit * max(R / q, 1.0))
+    sigma1 = math.sqrt(16 * L**2 * unit * (max(R / q, 1.0) if calibration == "paper" else 1.0))
     if smoothness is None:
         sigma2 = math.inf
     else:
@@ -393,14 +405,14 @@ EXPERIMENT_ALGORITHMS = ("mbsgd", "local", "spider", "alt")
 
 
 def experiment_noise_multipliers(algorithm: str, n: int, delta: float, epsilon: float, rounds: int, batch_size: int,
-                                 phase_length: int | None = None):
+                                 phase_length: int | None = None, spider_calibration: str = "paper"):
     """The engine's noise multiplier(s) for the experiments' sigma of ``algorithm`` at ``epsilon``, with
     ``L = C`` (so they do not depend on the clip ``C``):
 
     * ``"mbsgd"``: ``sigma K / C`` (:func:`sigma_experiment_mbsgd` on the minibatch mean);
     * ``"local"``: ``sigma / C`` per one-sample local step (:func:`sigma_experiment_local_sgd`);
     * ``"spider"`` (FedProx-SPIDER, Alg. 3): ``(sigma_1 K / C, sigma_hat_2 K / (2C))`` from
-      :func:`sigma_spider` (``sigma_2 = inf``: the difference cap);
+      :func:`sigma_spider` (``sigma_2 = inf``: the difference cap; ``spider_calibration`` its ``calibration``);
     * ``"alt"`` (Alt Fed-SPIDER, Alg. 11): ``(sigma_fresh K / C, sigma_diff K / (2C))``.
     """
     if algorithm == "mbsgd":
@@ -408,7 +420,8 @@ def experiment_noise_multipliers(algorithm: str, n: int, delta: float, epsilon: 
     if algorithm == "local":
         return noise_multiplier(sigma_experiment_local_sgd(1.0, n, epsilon, delta, rounds, batch_size), 1.0, 1)
     if algorithm == "spider":
-        s1, _, s_hat2 = sigma_spider(1.0, n, epsilon, delta, rounds=rounds, phase_length=phase_length)
+        s1, _, s_hat2 = sigma_spider(1.0, n, epsilon, delta, rounds=rounds, phase_length=phase_length,
+                                     calibration=spider_calibration)
         return noise_multiplier(s1, 1.0, batch_size), noise_multiplier(s_hat2, 1.0, batch_size, sensitivity=2.0)
     if algorithm == "alt":
         s_diff, s_fresh = sigma_alt_spider(1.0, n, epsilon, delta, rounds)
@@ -421,5 +434,6 @@ __all__ = [
     "noise_multiplier", "pl_svrg_batch",
     "pl_svrg_step_size", "prox_sgd_batch", "prox_sgd_rounds", "sdp_prox_sgd_pvec", "sdp_spider_pvec",
     "sdp_svrg_pvec", "sigma_alt_spider", "sigma_experiment_local_sgd", "sigma_experiment_mbsgd",
-    "sigma_pl_svrg", "sigma_prox_sgd", "sigma_spider", "spider_difference_sigma", "spider_parameters",
+    "sigma_pl_svrg", "sigma_prox_sgd", "SPIDER_CALIBRATIONS", "sigma_spider", "spider_difference_sigma",
+    "spider_parameters",
 ]

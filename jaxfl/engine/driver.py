@@ -130,7 +130,8 @@ class TrainResult:
         return (self.state.server if isinstance(self.state, SiloState) else self.state).params
 
 
-def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", *, central: bool = False):
+def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", *, central: bool = False,
+                **accountant_kw):
     """The privacy ledger of ``algorithm`` on silos of sizes ``counts``, or None if non-private.
 
     The ledger's accountants are built for the statement's neighbouring relation (``RoundPrivacy.relation``);
@@ -138,6 +139,7 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
     for an add/remove-one statement). ``central=True``: the ledger of the shuffled (central) guarantee of a
     shuffle-model algorithm (``RoundPrivacy.central``; accountant ``"shuffle"``), None if the algorithm
     states none. Needs no ``init``: an algorithm's privacy statement exists as soon as it is built.
+    ``accountant_kw`` go to the accountant's constructor (e.g. ``value_discretization_interval=`` for ``"pld"``).
 
     Example:
       >>> import optax
@@ -158,7 +160,7 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
     counts = np.asarray(counts)
     privacy = algorithm.privacy(counts)
     kwargs = {"composition": privacy.composition, "round_limit": privacy.round_limit,
-              "neighboring_relation": privacy.relation}
+              "neighboring_relation": privacy.relation, **accountant_kw}
     if central:
         return None if privacy.central is None else ledger_lib.CentralLedger(privacy.central, accountant=accountant,
                                                                              **kwargs)

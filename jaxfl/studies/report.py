@@ -395,14 +395,16 @@ def summary(doc: dict, report: Report) -> str:
                 cell = _cell(report, cells, panel, None, Column(name, name, t.reference_value))
                 lines.append(f"| {name} | {cell} |" + " |" * (len(t.columns) - 1))
         lines.append("")
-        if t.paired:
+        ran = {r["algorithm"] for r in doc["runs"] if r.get("panel", "") == panel}
+        paired = [(title, a, b) for title, a, b in t.paired if a in ran and b in ran]   # a variant may run fewer
+        if paired:
             lines.append(f"Paired by trial (same data split): {t.metric_name} difference, mean ± standard error "
                          "over trials; lower / higher where 2 SE exclude 0, else tie")
             lines.append("")
-            lines.append("| epsilon | " + " | ".join(title for title, _, _ in t.paired) + " |")
-            lines.append("|---" * (len(t.paired) + 1) + "|")
+            lines.append("| epsilon | " + " | ".join(title for title, _, _ in paired) + " |")
+            lines.append("|---" * (len(paired) + 1) + "|")
             for eps in _epsilons(doc, panel):
-                diffs = [paired_difference(doc, panel, eps, a, b, t.metric) for _, a, b in t.paired]
+                diffs = [paired_difference(doc, panel, eps, a, b, t.metric) for _, a, b in paired]
                 lines.append(f"| {eps:g} | " + " | ".join(_paired_cell(p) for p in diffs) + " |")
             lines.append("")
     if report.notes is not None:

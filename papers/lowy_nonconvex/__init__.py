@@ -2,4 +2,4 @@
 ``jaxfl reproduce lowy-nonconvex/{mnist,wbcd,cifar10}``.
 
 See README.md here."""
-from papers.lowy_nonconvex import studies  # noqa: F401  (registers the studies)
+from papers.lowy_nonconvex import noise_study, studies  # noqa: F401  (registers the studies)

@@ -41,8 +41,9 @@ def _trial(study: Study, t: int) -> Trial:
 def _build(family: str, static: dict, *, epsilon, step_size, clip_norm, unit_z, n, delta):
     m, rounds, k, q, loss = (static[f] for f in ("silos_per_round", "rounds", "batch_size", "phase_length", "loss"))
     if isinstance(epsilon, float):   # host, for the accounting: the formula at epsilon itself
-        z = A.experiment_noise_multipliers(family, int(n), float(delta), epsilon, rounds, k, q) if epsilon > 0 \
-            else jax.tree_util.tree_map(lambda u: 0.0, unit_z)
+        z = A.experiment_noise_multipliers(family, int(n), float(delta), epsilon, rounds, k, q,
+                                           spider_calibration=static.get("spider_calibration", "paper")) \
+            if epsilon > 0 else jax.tree_util.tree_map(lambda u: 0.0, unit_z)
     else:
         scale = jnp.where(epsilon > 0, 1.0 / jnp.maximum(epsilon, 1e-6), 0.0)
         z = jax.tree_util.tree_map(lambda u: u * scale, unit_z)
@@ -70,11 +71,14 @@ def _programs(family: str):
                 "step_size": list(steps), "clip_norm": list(study["clips"])}
         phases = dict(study["phase_lengths"])[rounds] if family == "spider" else (None,)
         per_pass = study.settings.get("local_clients_per_pass") if family == "local" else None  # None: one vmap
+        spider_noise = study.settings.get("spider_calibration", "paper")
         out = []
         for q in phases:
-            unit = A.experiment_noise_multipliers(family, n, delta, 1.0, rounds, k, q)
+            unit = A.experiment_noise_multipliers(family, n, delta, 1.0, rounds, k, q, spider_calibration=spider_noise)
             static = (("loss", study["loss"]), ("silos_per_round", m), ("rounds", rounds), ("batch_size", k),
                       ("phase_length", q))
+            if family == "spider" and spider_noise != "paper":
+                static += (("spider_calibration", spider_noise),)
             if per_pass:
                 static += (("clients_per_pass", per_pass),)
             out.append(Program(static, grid, 2 * rounds if family == "alt" else rounds,
@@ -90,13 +94,14 @@ def _describe(family: str):
         if not row["private"]:
             return {"noise_multiplier": 0.0}
         static = dict(program.static)
+        spider_noise = static.get("spider_calibration", "paper")
         z = A.experiment_noise_multipliers(family, program.constants["n"], program.constants["delta"],
                                            row["epsilon"], static["rounds"], static["batch_size"],
-                                           static["phase_length"])
+                                           static["phase_length"], spider_calibration=spider_noise)
+        how = ("the authors' code: Thm F.1's sigma_1 without max(R/q, 1)" if spider_noise == "authors-code" else
+               "paper App. H / authors' code (moments-accountant heuristics): not verified by jaxfl")
         return {"noise_multiplier": list(z) if isinstance(z, tuple) else z, "privacy": {
-            "epsilon_nominal": row["epsilon"],
-            "nominal_calibration": "paper App. H / authors' code (moments-accountant heuristics): not verified "
-                                   "by jaxfl"}}
+            "epsilon_nominal": row["epsilon"], "nominal_calibration": how}}
 
     return describe
 

@@ -143,6 +143,19 @@ def test_sigma_spider_checkpoint_factor_max_R_over_q_1():
     assert s1 == pytest.approx(sh2 / 2, rel=1e-12)
 
 
+def test_sigma_spider_authors_code_drops_the_checkpoint_factor():
+    """The authors' code computes sigma1^2 = 16 L^2 ln(1/delta) / (eps^2 n^2) whatever R and q; the difference
+    steps' cap is the paper's."""
+    for rounds, q in ((10, 1), (10, 4), (10, 40), (25, 2)):
+        paper = ln.sigma_spider(1.0, 500, 1.0, 1e-5, rounds=rounds, phase_length=q)
+        code = ln.sigma_spider(1.0, 500, 1.0, 1e-5, rounds=rounds, phase_length=q, calibration="authors-code")
+        assert code[0] == pytest.approx(math.sqrt(16 * math.log(1e5) / 500**2), rel=1e-12)
+        assert code[0] ** 2 == pytest.approx(paper[0] ** 2 * min(q / rounds, 1.0), rel=1e-12)
+        assert code[1:] == paper[1:]
+    with pytest.raises(ValueError, match="calibration"):
+        ln.sigma_spider(1.0, 500, 1.0, 1e-5, rounds=10, phase_length=1, calibration="code")
+
+
 def test_sigma_spider_without_smoothness_is_infinite_sigma2():
     s1, s2, sh2 = ln.sigma_spider(1.0, 500, 1.0, 1e-5, rounds=10, phase_length=2)
     assert s2 == math.inf and math.isfinite(sh2)

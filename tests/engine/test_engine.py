@@ -151,6 +151,7 @@ def test_bitwise_identical_on_one_and_four_devices():
         from jaxfl.algorithms import accelerated, dp_fedavg, local_sgd, minibatch_sgd
         from jaxfl.data.federated import from_silos
         from jaxfl.engine import sharding, train
+        from jaxfl.engine.participation import poisson
         from jaxfl.models import init_linear, logistic_loss
         assert jax.device_count() == 4, jax.devices()
         data = from_silos(make_silos([30, 12, 25, 40, 33, 17, 28], seed=4))  # 7 silos: padded to 8 on 4 devices

@@ -37,7 +37,7 @@ def test_experiments_and_benchmark_are_registered():
     assert all(known[name].study is STUDIES[name] for name in NAMES)
     assert "lowy_nonconvex_grid" in BENCHMARKS
     assert list(FAMILY) == ["mbsgd", "local", "spider", "alt"]
-    assert set(N.MNIST.variants) == {"reduced"} and not N.CIFAR10.variants and not N.WBCD.variants
+    assert set(N.MNIST.variants) == {"authors-noise", "reduced"} and not N.CIFAR10.variants and not N.WBCD.variants
 
 
 @pytest.mark.slow
@@ -181,6 +181,24 @@ def _build(name, rounds, epsilon, phase_length=None, unit_z=None, m=25, k=606, n
               "phase_length": phase_length}
     return NG._build(name, static, epsilon=epsilon, step_size=0.1, clip_norm=1.0, unit_z=unit_z, n=n,
                     delta=1.0 / n**2)
+
+
+def test_authors_noise_variant_runs_spider_with_less_checkpoint_noise_and_certifies_more():
+    study = N.MNIST.form_of(variant="authors-noise")
+    assert [f.name for f in study.families] == ["mbsgd", "spider"]
+    counts, deltas = np.full(25, 1238), np.full(25, 1 / 1238.0**2)
+    programs = {dict(p.static)["phase_length"]: p
+                for p in study.families[1].programs(study, study.panels[0], _trial(counts))}   # M = R = 25
+    for q, program in programs.items():
+        paper = A.experiment_noise_multipliers("spider", 1238, deltas[0], 1.0, 25, 606, q)
+        np.testing.assert_allclose(program.constants["unit_z"], [paper[0] * math.sqrt(q / 25), paper[1]], rtol=1e-6)
+        static = dict(program.static)
+        code = NG._build("spider", static, epsilon=0.75, step_size=0.1, clip_norm=1.0, unit_z=None, n=1238,
+                         delta=deltas[0])
+        printed = _build("spider", 25, 0.75, phase_length=q)
+        # the statement follows the noise actually added: the authors' noise certifies a larger epsilon
+        spent = [make_ledger(a, counts, "lowy").record(25).epsilon(deltas) for a in (code, printed)]
+        assert spent[0] > spent[1]
 
 
 def test_certified_epsilon_counts_alt_spider_messages_twice():
@@ -371,3 +389,18 @@ def test_mnist_runs_local_sgd_one_participant_at_a_time_and_cifar_does_not():
     with pytest.raises(ValueError, match="clients_per_pass needs .* no per_silo"):   # it reaches make_round
         NG._build("local", {**dict(program.static), "silos_per_round": None}, epsilon=np.float32(1.0), step_size=0.1,
                  clip_norm=1.0, unit_z=np.ones(25, np.float32), n=1238, delta=1.0 / 1238**2)
+
+
+def test_spider_noise_study_accounts_both_calibrations_by_pld_and_lowy():
+    from papers.lowy_nonconvex import noise_study as S
+    assert experiments()["lowy-nonconvex/spider-noise"].study is S.SPIDER_NOISE
+    rows = {c: S._row({"family": "spider", "phase_length": 1, "calibration": c, "n": 1238, "rounds": 25},
+                      epsilon=0.75) for c in A.SPIDER_CALIBRATIONS}
+    paper, code = rows["paper"], rows["authors-code"]
+    # the authors' checkpoint noise is sqrt(q / R) = 1/5 of the paper's at q = 1, R = 25 ...
+    assert code["metrics"]["noise_multiplier"] == pytest.approx(paper["metrics"]["noise_multiplier"] / 5, rel=1e-9)
+    # ... so it spends more; the PLD accountant is tighter than the "lowy" one the MNIST study reports
+    assert paper["epsilon_spent"] < code["epsilon_spent"]
+    for row in rows.values():
+        assert row["epsilon_spent"] <= row["metrics"]["epsilon_lowy"]
+    assert paper["epsilon_spent"] <= 0.75 < code["epsilon_spent"]   # the printed noise meets the nominal epsilon
