@@ -44,7 +44,8 @@ def _build(family: str, static: dict, *, epsilon, step_size, unit_z, lipschitz, 
     if family == "mbsgd":
         return noisy_sgd.noisy_minibatch_sgd(static["loss"], step_size=step_size, batch_size=k, clip_norm=clip,
                                               noise_multiplier=z, participation=m)
-    window = {"averaging": "window", "window": 8} if scripts else {}
+    window = dict(scripts).get("window", 1)
+    window = {"averaging": "window", "window": window} if window > 1 else {}
     return noisy_sgd.noisy_local_sgd(static["loss"], step_size=step_size, local_steps=k, clip_norm=clip,
                                       noise_multiplier=z, participation=m, **window)
 

@@ -419,3 +419,23 @@ def test_a_rerun_reuses_the_stored_parts_and_writes_the_same_rows(quick_results,
     here = f"{provenance.cpu_model()}: {provenance.cpu_vector_extensions() or 'none listed'}"
     assert second["config"]["parts_machines"] == sorted([here, "unrecorded"])
     assert second["environment"]["cpu_vector_extensions"] == provenance.cpu_vector_extensions()
+
+
+def test_each_ablation_variant_is_the_papers_form_with_one_scripts_choice():
+    paper = dict(LC.PAPER_SCRIPTS)
+    for study, scripts in ((LC.INSURANCE, LC.INSURANCE_SCRIPTS), (LC.OBESITY, LC.OBESITY_SCRIPTS)):
+        changed = set()
+        for name in (v for v in study.variants if v.startswith("ablation-")):
+            form = study.form_of(variant=name)
+            if form["scripts"]:
+                diff = {o: v for o, v in form["scripts"] if paper[o] != v}
+                assert len(diff) == 1 and form["data_options"] == study["data_options"], name
+                changed |= set(diff.items())
+            else:                                          # the data's change alone
+                assert form["data_options"] == {"with_replacement": True}, name
+                changed.add(("data", "with_replacement"))
+        # together the single changes are the authors-scripts variant's
+        full = study.form_of(variant="authors-scripts")
+        expected = {(o, v) for o, v in full["scripts"] if paper[o] != v}
+        expected |= {("data", "with_replacement")} if full["data_options"].get("with_replacement") else set()
+        assert changed == expected
