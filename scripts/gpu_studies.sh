@@ -53,7 +53,7 @@ R=papers/huang_jdp/results
 # call, an estimate; papers/huang_jdp/README.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256,
 # where its eps-1 rows should sit at chance as Table 1's DP rows do). DP-REC's 1,000 rounds (rec) ran in full on the
 # CPU; on a GPU only on request.
-for job in ${JOBS:-c10 t1ft t2}; do
+for job in ${JOBS:-c10 t1ft t2 ann}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
@@ -66,6 +66,8 @@ for job in ${JOBS:-c10 t1ft t2}; do
            "n = 256, m/r = 5" "n = 256, m/r = 10" "n = 256, m/r = 20" ;;
     c10) study c10 lowy-nonconvex/cifar10 papers/lowy_nonconvex/results/cifar10/gpu "" ;;   # issue 15: the full grid
     rec) study rec dprec/mnist papers/dprec/results/mnist/gpu "" ;;                        # issue 15: 1,000 rounds
+    ann) study ann lowy-nonconvex/mnist papers/lowy_nonconvex/results/mnist/authors-noise/gpu authors-noise \
+           "M = 12, R = 50" "M = 25, R = 50" ;;   # issue 67: the R = 50 panels (~1.5 h of 2-core CPU)
     *) echo "unknown job $job"; exit 2 ;;
   esac
 done
