@@ -105,6 +105,12 @@ class SiloState(NamedTuple):
     ``i``'s slice is read and written only by silo ``i``'s client function and by per-silo evaluation;
     the aggregator and the server function never receive it (they see only the clients' messages and
     ``server``).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> state = SiloState(server={"params": jnp.zeros(3)}, silos=jnp.zeros((4, 3)))   # one row per silo
+      >>> state.silos.shape[0]
+      4
     """
 
     server: Any
@@ -173,7 +179,16 @@ def schedule_length(algorithm: FederatedAlgorithm) -> int | None:
 
 
 class ServerState(NamedTuple):
-    """The server state of the reference algorithms: model, server optimizer state, round counter."""
+    """The server state of the reference algorithms: model, server optimizer state, round counter.
+
+    Example:
+      >>> import jax.numpy as jnp, optax
+      >>> from jaxfl.algorithms import minibatch_sgd
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> state = minibatch_sgd(logistic_loss, server_opt=optax.sgd(0.1), batch_size=4).init(init_linear(3))
+      >>> isinstance(state, ServerState), state.params["w"].shape, int(state.round)
+      (True, (3,), 0)
+    """
 
     params: Params
     opt_state: Any

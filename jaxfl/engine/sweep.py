@@ -45,7 +45,19 @@ class SweepResult(NamedTuple):
     ``epsilons``: ``float64[len(configs)]``, each configuration's epsilon (nats; the worst silo's for
     ISRL-DP) after the sweep's rounds at its ``delta``, ``inf`` for configurations that are not private,
     or None when no ``delta`` was given; ``history``: with ``eval_every = k``, the evaluation after rounds
-    ``k, 2k, ...`` (leaves ``[len(configs), len(seeds), rounds // k]``), else None."""
+    ``k, 2k, ...`` (leaves ``[len(configs), len(seeds), rounds // k]``), else None.
+
+    Example:
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (200, 3)))
+      >>> data = iid(x, (x[:, 0] > 0).astype(np.float32), num_silos=2, seed=0)
+      >>> build = lambda lr: jaxfl.minibatch_sgd(logistic_loss, server_opt=optax.sgd(lr), batch_size=10)
+      >>> out = jaxfl.sweep(build, {"lr": [0.1, 1.0]}, data, init_linear(3), rounds=5, seeds=range(2))
+      >>> out.configs, out.params["w"].shape, out.epsilons is None     # [configs, seeds, ...]; no delta: no epsilons
+      ([{'lr': 0.1}, {'lr': 1.0}], (2, 2, 3), True)
+    """
 
     configs: list
     seeds: np.ndarray

@@ -264,7 +264,14 @@ class ClassicLeNet5(nn.Module):
     architecture; digest §9.2): ``x: [n, 28, 28, 1]`` -> ``[n, 10]``. ``Conv(6, 5x5, pad 2) -> act -> pool 2x2
     -> Conv(16, 5x5) -> act -> pool 2x2 -> flatten (5*5*16 = 400) -> Dense 120 -> act -> Dense 84 -> act ->
     Dense 10``, 61,706 parameters. ``activation``: ``"relu"`` or ``"tanh"``; ``pool``: ``"max"`` or
-    ``"avg"``."""
+    ``"avg"``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> params = init_params(ClassicLeNet5(), jax.random.key(0), (28, 28, 1))
+      >>> num_params(params), ClassicLeNet5().apply(params, jnp.zeros((2, 28, 28, 1))).shape
+      (61706, (2, 10))
+    """
 
     num_classes: int = MNIST_CLASSES
     activation: str = "relu"
@@ -342,6 +349,12 @@ class FemnistCNN(nn.Module):
 
     ``num_classes`` (default 62) changes only the last layer, e.g. 10 for the Fashion-MNIST stand-in.
     Flatten in HWC order, as :class:`MnistLeNet5`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> params = init_params(FemnistCNN(), jax.random.key(0), (28, 28, 1))
+      >>> num_params(params), len(param_blocks(params)), FemnistCNN().apply(params, jnp.zeros((2, 28, 28, 1))).shape
+      (231742, 8, (2, 62))
     """
 
     variant: str = "paper"
@@ -366,7 +379,13 @@ class FemnistCNN(nn.Module):
 
 class ParamBlock(NamedTuple):
     """One parameter tensor: its ``/``-joined path in the pytree (``"params/conv1/kernel"``), its
-    shape and its number of scalars."""
+    shape and its number of scalars.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> param_blocks({"w": jnp.zeros((3, 2))})
+      [ParamBlock(path='w', shape=(3, 2), size=6)]
+    """
 
     path: str
     shape: tuple[int, ...]
@@ -443,6 +462,12 @@ class TwoHeadCNN(nn.Module):
     (ReLU, 2x2 max-pool and padding 2 are the choice that makes 1568 = 17,248 / 11 the flatten size).
     Parameter paths: ``conv1``, ``conv2``, ``fc1/dense0``, ``fc2/dense0`` (a partition names ``fc1`` to make
     the first head private). Flatten in HWC order.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> params = init_params(TwoHeadCNN(), jax.random.key(0), (28, 28, 1))
+      >>> sorted(params["params"]), TwoHeadCNN().apply(params, jnp.zeros((2, 28, 28, 1))).shape
+      (['conv1', 'conv2', 'fc1', 'fc2'], (2, 10))
     """
 
     num_classes: int = MNIST_CLASSES
