@@ -43,7 +43,10 @@ def test_names_with_a_slash_are_registered():
     assert set(NAMES) <= set(known)
     for name in NAMES:
         assert known[name].study is STUDIES[name]
-    assert set(LC.INSURANCE.variants) == set(LC.OBESITY.variants) == {"authors-scripts"}
+    assert set(LC.INSURANCE.variants) == {"authors-scripts", "ablation-sum-aggregate", "ablation-batch-clip",
+                                          "ablation-window"}
+    assert set(LC.OBESITY.variants) == {"authors-scripts", "ablation-sum-gradient", "ablation-central-noise",
+                                        "ablation-resample", "ablation-window"}
     assert [f.name for f in LCG.FAMILIES] == ["mbsgd", "local"]
 
 
