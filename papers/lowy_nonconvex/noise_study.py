@@ -18,11 +18,10 @@ from jaxfl.studies.registry import register
 from jaxfl.studies.report import Column, Report, Table
 from jaxfl.studies.spec import Family, Panel, Program, Select, Study, Trial
 from papers.lowy_nonconvex import data as D
-from papers.lowy_nonconvex.programs import PAPER, _build, calibration
+from papers.lowy_nonconvex.programs import MB, PAPER, _build, calibration
 
 #: The PLD accountant's privacy-loss grid (nats): 10x the library default and about 10x faster; still an upper bound.
 PLD_GRID = 1e-3
-MB = "ISRL-DP MB-SGD"
 FAMILIES = {"mbsgd": (MB, "mbsgd", None, "paper"),
             **{f"spider-{c}-q{q}": (f"SPIDER q={q}, {c} noise", "spider", q, c)
                for q in (1, 2) for c in A.SPIDER_CALIBRATIONS}}
