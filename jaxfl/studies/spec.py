@@ -66,7 +66,13 @@ class Trial:
 
 @dataclasses.dataclass(frozen=True)
 class Panel:
-    """One panel of the figure (and one block of the summary): ``values`` reach every family."""
+    """One panel of the figure (and one block of the summary): ``values`` reach every family.
+
+    Example:
+      >>> panel = Panel("M = 25, R = 50", (("silos_per_round", 25), ("rounds", 50)))
+      >>> panel["rounds"], panel.label
+      (50, 'M = 25, R = 50')
+    """
 
     label: str
     values: tuple = ()            # ((name, value), ...)
@@ -91,6 +97,11 @@ class Program:
       eval_every: also evaluate every this many rounds (a learning curve: each row's ``curve``, the mean
         over seeds of every metric after rounds ``eval_every, 2 eval_every, ...`` and the last round;
         ``"sweep"`` families).
+
+    Example:
+      >>> program = Program((("rounds", 25),), {"epsilon": [1.0, 3.0, 0.0], "step_size": [0.1, 1.0]}, rounds=25)
+      >>> program.rounds, len(program.grid["epsilon"]) * len(program.grid["step_size"])   # one compiled grid of 6
+      (25, 6)
     """
 
     static: tuple
@@ -132,7 +143,12 @@ class Family:
 class Select:
     """The configuration reported per value of ``per``: the smallest mean of metric ``score`` over seeds
     (non-finite means never win); across a family's programs the smaller score wins. ``score=None``
-    reports every configuration."""
+    reports every configuration.
+
+    Example:
+      >>> Select().score, Select().per                    # the default: smallest mean final training loss per epsilon
+      ('train_loss', ('epsilon',))
+    """
 
     score: str | None = "train_loss"
     per: tuple = ("epsilon",)
