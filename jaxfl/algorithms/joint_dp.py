@@ -207,9 +207,9 @@ def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, jaxfl
-      >>> rng = np.random.default_rng(0)
-      >>> data = jaxfl.from_silos([(rng.normal(size=(50, 3)).astype(np.float32), np.zeros(50, np.float32))
-      ...                          for _ in range(4)])
+      >>> import jax
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 50, 3)))
+      >>> data = jaxfl.from_silos([(x[i], np.zeros(50, np.float32)) for i in range(4)])
       >>> def loss(p, z, y):                        # separable: the u-gradient does not depend on x
       ...     return 0.5 * jnp.sum((p["x"] - z) ** 2) + 0.5 * jnp.sum((p["u"] - z) ** 2)
       >>> algorithm = ansgd(loss, shared={"x": "private", "u": "shared"}, learning_rate=0.05, noise_multiplier=2.0,

@@ -48,7 +48,8 @@ class PCAFit(NamedTuple):
 
     Example:
       >>> import numpy as np
-      >>> x = np.random.default_rng(0).normal(size=(100, 5)) * [3.0, 1.0, 0.1, 0.1, 0.1]
+      >>> import jax
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (100, 5))) * [3.0, 1.0, 0.1, 0.1, 0.1]
       >>> train, fit = pca(x, dim=2)
       >>> train.shape, fit.components.shape, bool(fit.explained_variance[0] > fit.explained_variance[1])
       ((100, 2), (2, 5), True)

@@ -237,8 +237,8 @@ def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
     ``$JAXFL_DATA_DIR`` (if set), each ``<repo root>/../shared/data`` that exists, and the user cache.
 
     Example:
-      >>> data_dirs("/tmp/my-data")                   # an explicit directory is the only one searched
-      [PosixPath('/tmp/my-data')]
+      >>> data_dirs("my-data")                        # an explicit directory is the only one searched
+      [PosixPath('my-data')]
     """
     if data_dir is not None:
         return [Path(data_dir).expanduser()]
