@@ -71,6 +71,8 @@ def _run_workers(args, out: Path, workers: int) -> None:
     argv += ["--quick"] * bool(args.quick) + (["--variant", args.variant] if args.variant else [])
     for label in args.panel or ():
         argv += ["--panel", label]
+    if args.trials is not None:
+        argv += ["--trials", str(args.trials)]
     if args.segment_rounds is not None:
         argv += ["--segment-rounds", str(args.segment_rounds)]
     if args.configs_per_batch is not None:
@@ -103,12 +105,14 @@ def _cmd_reproduce(args) -> int:
     experiment = registry.get_experiment(args.name, args.papers)
     workers = checks.positive_int("--workers", args.workers)
     options = {"segment_rounds": _optional_positive_int("--segment-rounds", args.segment_rounds),
-               "configs_per_batch": _optional_positive_int("--configs-per-batch", args.configs_per_batch)}
+               "configs_per_batch": _optional_positive_int("--configs-per-batch", args.configs_per_batch),
+               "trials": _optional_positive_int("--trials", args.trials)}
     # Full runs land in the paper home's results/ (committed: its README's tables are generated from them), quick
     # ones in runs/quick/.
     out = Path(args.out) if args.out else experiment.default_out(args.quick, args.variant)
     share = None if args.worker is None else _worker_share(args.worker, out)
-    registry.check_keeps_results(experiment.study.form_of(args.quick, args.variant, args.panel), out)
+    registry.check_keeps_results(experiment.study.form_of(args.quick, args.variant, args.panel, options["trials"]),
+                                 out)
     if share is not None:
         experiment.run(args.quick, out, args.variant, args.panel, share, **options)
         return 0
@@ -231,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--panel", action="append", default=None, metavar="LABEL",
                      help="run only this panel (repeatable; e.g. --panel 'n = 4'): a partial run, marked so in its "
                           "results, whose stored parts a later full run reuses")
+    rep.add_argument("--trials", type=int, default=None, metavar="K",
+                     help="run only the study's first K trials: a partial run, marked so in its results, whose "
+                          "stored parts a later run of more trials reuses")
     rep.add_argument("--workers", type=int, default=1,
                      help="run the study's grid programs and checkpointed runs in this many processes at once, each "
                           "pinned to its own core (Linux), then collect them (docs/performance.md, pinned_runs)")

@@ -5,10 +5,11 @@
 # (jobs t1m, t1f) and their dp-tuned variants (t1mt; t1ft up to n = 256, with 24 of n = 512's 25 parts stored),
 # and on a second one for Figure 1's dp-tuned n = 512 (f1t), Table 4's dp-tuned n = 256 half (t4t) and 22 of
 # Table 2's 40 parts (t2), and on a third for 6 of the 54 parts of seed 002's CIFAR-10 grid (c10, at the study's 4
-# configurations per call); the default JOBS are what is left.
+# configurations per call); the default JOBS are what is left, issue 67's first: Huang et al.'s Table 1 with central
+# noise (t1mc, t1mce; Fashion-MNIST after its rate, lrfc then t1fc) and DP-REC's client-split ablation (hsu).
 #
 # The data travel in a folder the device tool carries (64 MiB with the tree): MNIST (11 MiB) serves every job but
-# t1f/t1ft (Fashion-MNIST, 29 MiB) and c10 (cifar10-subset, 14 MiB); all three do not fit beside the tree.
+# t1f/t1ft/lrfc/t1fc (Fashion-MNIST, 29 MiB) and c10 (cifar10-subset, 14 MiB); all three do not fit beside the tree.
 #
 #   JAXFL_DATA_DIR=... JAXFL_SOURCE_COMMIT=$(git rev-parse HEAD) OUT=/some/dir BUDGET=540 bash scripts/gpu_studies.sh
 #
@@ -53,7 +54,7 @@ R=papers/huang_jdp/results
 # call, an estimate; papers/huang_jdp/README.md), then Table 1's last dp-tuned part and Table 2 at Table 1's rate (n = 256,
 # where its eps-1 rows should sit at chance as Table 1's DP rows do). DP-REC's 1,000 rounds (rec) ran in full on the
 # CPU; on a GPU only on request.
-for job in ${JOBS:-c10 t1ft t2 ann}; do
+for job in ${JOBS:-t1mc t1mce lrfc t1fc hsu c10 t1ft t2 ann}; do
   case $job in
     t1m) study t1m huang-jdp/table1-mnist $R/table1-mnist/gpu "" "${big[@]}" ;;
     t1f) study t1f huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu "" "${big[@]}" ;;
@@ -68,6 +69,13 @@ for job in ${JOBS:-c10 t1ft t2 ann}; do
     rec) study rec dprec/mnist papers/dprec/results/mnist/gpu "" ;;                        # issue 15: 1,000 rounds
     ann) study ann lowy-nonconvex/mnist papers/lowy_nonconvex/results/mnist/authors-noise/gpu authors-noise \
            "M = 12, R = 50" "M = 25, R = 50" ;;   # issue 67: the R = 50 panels (~1.5 h of 2-core CPU)
+    lrfc) study lrfc huang-jdp/dp-learning-rate $R/dp-learning-rate/fashion-mnist-central fashion-mnist-central ;;
+    t1mc) study t1mc huang-jdp/table1-mnist $R/table1-mnist/gpu/central central "n = 4" "n = 16" "${big[@]}" ;;
+    t1mce) study t1mce huang-jdp/table1-mnist $R/table1-mnist/gpu/central-epochs central-epochs "n = 64" "n = 128" \
+             "n = 256" "n = 512" "n = 16" "n = 4" ;;   # E as epochs: n = 4 takes 15,620 global steps
+    t1fc) study t1fc huang-jdp/table1-fashion-mnist $R/table1-fashion-mnist/gpu/central central "n = 4" "n = 16" \
+            "${big[@]}" ;;   # after lrfc (its rate), committed
+    hsu) study hsu dprec/mnist papers/dprec/results/mnist/hsu-split-seeds hsu-split-seeds ;;  # issue 67: ~11 h of CPU
     *) echo "unknown job $job"; exit 2 ;;
   esac
 done

@@ -35,6 +35,7 @@ def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     ({"config": {"form": "quick", "panels": ["n = 4", "n = 16"]}}, ["--panel", "n = 16"], "panel(s) n = 4"),
     ({"config": {"form": "full", "panels": ["n = 4", "n = 16"]}}, [], "'full' form"),
     ({"experiment": "huang-jdp/table4", "config": {"form": "quick", "panels": []}}, [], "'huang-jdp/table4'"),
+    ({"config": {"form": "quick", "panels": ["n = 4", "n = 16"], "trials": 3}}, ["--trials", "1"], "holds 3 trials"),
 ])
 def test_a_run_that_would_replace_other_results_stops_before_running(tmp_path, capsys, held, args, needle):
     """A results.json holding another study, another form, or panels the run leaves out is kept: the run
@@ -363,3 +364,26 @@ def test_a_paper_homes_full_runs_default_to_its_results_and_quick_ones_to_runs(t
     assert registry.get_experiment("demo").default_out(False) == Path("results/demo")
     with pytest.raises(ValueError, match="not a folder of paper homes"):
         registry.find_papers(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_partial_run_of_the_first_trials(tmp_path):
+    """``--trials K`` (``Study.form_of(trials=K)``) runs the first K trials only, marks the results partial, and a
+    later run of more trials reuses their stored parts (a trial's seeds do not depend on how many run)."""
+    import dataclasses
+
+    from jaxfl.studies import report, runner
+    from jaxfl.studies.demo import STUDY
+
+    study = dataclasses.replace(STUDY, trials=2)
+    with pytest.raises(ValueError, match="trials=3, but"):
+        study.form_of(quick=True, trials=3)
+    assert study.form_of(quick=True, trials=2).only_trials is None
+    first = study.form_of(quick=True, trials=1)
+    assert first.trials_run == 1 and report.study_config(first)["trials_of_full_study"] == 2
+    one = runner.run(first, tmp_path, lambda line: None)
+    assert {row["trial"] for row in one.rows} == {0}
+    both = runner.run(study.form_of(quick=True), tmp_path, lambda line: None)
+    assert {row["trial"] for row in both.rows} == {0, 1} and both.parts_reused > 0
+    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k and k != "params"} for r in rows]
+    assert str(strip([r for r in both.rows if r["trial"] == 0])) == str(strip(one.rows))

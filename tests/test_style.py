@@ -1,7 +1,7 @@
 """House style that a reader would otherwise police by hand: source and prose lines of at most 120 characters."""
 from pathlib import Path
 
-from jaxfl.studies.tables import BLOCK
+from jaxfl.studies.tables import BLOCK, RENDERED
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINE = 120
@@ -19,7 +19,8 @@ def test_python_lines_fit_120_characters():
 def _prose_lines(text):
     """(number, line) of a markdown text's hand-written prose: not code fences, tables, images, links or the
     blocks that `jaxfl tables` generates (their lines are a study's own output; blanked, keeping line numbers)."""
-    text = BLOCK.sub(lambda block: "\n" * block.group(0).count("\n"), text)
+    for generated in (BLOCK, RENDERED):
+        text = generated.sub(lambda block: "\n" * block.group(0).count("\n"), text)
     fenced = False
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()

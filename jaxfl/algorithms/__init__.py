@@ -12,7 +12,7 @@ the papers it implements under References; :doc:`/papers/index` maps each paper 
 """
 from jaxfl.algorithms import (accelerated, async_dp, async_schedules, async_timeline, averaging, dprec, joint_dp,
                               noisy_sgd, prox, shuffled, variance_reduced)
-from jaxfl.algorithms.async_dp import async_sgd, sync_sgd
+from jaxfl.algorithms.async_dp import async_sgd, delayed_sgd, sync_sgd
 from jaxfl.algorithms.dp_fedavg import dp_fedavg
 from jaxfl.algorithms.dprec import dp_rec
 from jaxfl.algorithms.joint_dp import ansgd, nssgd
@@ -21,5 +21,6 @@ from jaxfl.algorithms.scaffold import scaffold
 from jaxfl.algorithms.sgd import dp_sgd, local_sgd, minibatch_sgd
 
 __all__ = ["accelerated", "ansgd", "async_dp", "async_schedules", "async_sgd", "async_timeline", "averaging",
-           "sync_sgd", "dp_fedavg", "dp_rec", "dp_sgd", "dprec", "joint_dp", "local_sgd", "minibatch_sgd", "noisy_sgd",
+           "sync_sgd", "delayed_sgd", "dp_fedavg", "dp_rec", "dp_sgd", "dprec", "joint_dp", "local_sgd",
+           "minibatch_sgd", "noisy_sgd",
            "nssgd", "personalized", "prox", "scaffold", "shuffled", "variance_reduced"]

@@ -33,6 +33,7 @@ References:
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -120,8 +121,9 @@ class _Client(NamedTuple):
             t = t + self.num_clients * h
         return self.step_size(t)
 
-    def steps(self, base, model, partial, x, y, count, silo, rnd, start, num):
-        """``num`` steps ``start, start + 1, ...`` of round ``rnd``: ``(model, partial)``."""
+    def steps(self, base, model, partial, x, y, count, silo, rnd, start, num, frozen=False):
+        """``num`` steps ``start, start + 1, ...`` of round ``rnd``: ``(model, partial)``. ``frozen``: every
+        gradient at ``model``, which the steps do not move (:func:`delayed_sgd`)."""
         # keys.derive(root, round=rnd, silo=silo, step=h, ...), its first two fold_ins hoisted out of the loop
         client_key = keys.silo_key(keys.round_key(jax.random.wrap_key_data(base), rnd), silo)
         if self.sampling == "poisson":
@@ -137,7 +139,8 @@ class _Client(NamedTuple):
                 norm = jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in jax.tree_util.tree_leaves(g)))
                 g = _tmap(lambda leaf: leaf * jnp.minimum(1.0, self.clip_norm / jnp.maximum(norm, 1e-30)), g)
             eta = self.eta(rnd, h)
-            return (j + 1, _tmap(lambda w, gi: w - eta * gi, model, g), _tmap(lambda p, gi: p + eta * gi, partial, g))
+            moved = model if frozen else _tmap(lambda w, gi: w - eta * gi, model, g)
+            return j + 1, moved, _tmap(lambda p, gi: p + eta * gi, partial, g)
 
         _, model, partial = jax.lax.while_loop(lambda c: c[0] < num, body, (jnp.int32(0), model, partial))
         return model, partial
@@ -408,9 +411,7 @@ def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf
       >>> float(binary_accuracy(result.params, x, y)) > 0.9
       True
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if sizes.ndim != 2 or np.any(sizes < 1):
-        raise ValueError(f"sizes must be a [rounds, clients] array of sizes >= 1, got shape {sizes.shape}")
+    sizes = _round_sizes(sizes)
     client = _client(loss_fn, sizes, step_size, clip_norm, noise_multiplier, sampling, chunk, records)
     n = client.num_clients
     scale = _server_scale(aggregation, n)
@@ -421,20 +422,95 @@ def sync_sgd(loss_fn, sizes, *, step_size: StepSize, clip_norm: float = math.inf
     def round_fn(state: SyncServer, data, key, inputs):
         _check_silos(data.x.shape[0], n)
         base = _base_key(state.base, key, state.round == 0)
-        silo = jnp.arange(n)
-        rnd = jnp.full(n, state.round)
-        zeros = _tmap(jnp.zeros_like, state.params)
-        model, partial = jax.vmap(client.steps, in_axes=(None, None, None, 0, 0, 0, 0, 0, None, 0))(
-            base, state.params, zeros, data.x, data.y, data.counts, silo, rnd, jnp.int32(0), inputs["sizes"])
-        noise = jax.vmap(client.noise, in_axes=(None, None, 0, 0))(base, state.params, silo, rnd)
-        if noise is not None:
-            partial = _tmap(jnp.add, partial, noise)
-
-        def apply(v, msg):
-            return _tmap(lambda vi, m: vi - (m if scale == 1.0 else scale * m), v, msg), None
-
-        v, _ = jax.lax.scan(apply, state.params, partial)
+        v = _synchronous_round(client, scale, base, state.params, state.params, state.round, data, inputs["sizes"])
         return SyncServer(v, state.round + 1, base), {"steps": jnp.sum(inputs["sizes"])}
+
+    return FederatedAlgorithm(init, round_fn, None, name, schedule={"sizes": sizes.astype(np.int32)})
+
+
+def _round_sizes(sizes) -> np.ndarray:
+    """``sizes`` as ``int64[rounds, clients]``, every entry >= 1."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if sizes.ndim != 2 or np.any(sizes < 1):
+        raise ValueError(f"sizes must be a [rounds, clients] array of sizes >= 1, got shape {sizes.shape}")
+    return sizes
+
+
+def _synchronous_round(client: _Client, scale, base, params, at, rnd, data, sizes, frozen=False):
+    """``params`` minus every client's round-``rnd`` message (in client order, times ``scale``), the clients
+    starting from ``at`` (``frozen``: every gradient taken at ``at``)."""
+    n = client.num_clients
+    silo = jnp.arange(n)
+    rnd = jnp.full(n, rnd)
+    zeros = _tmap(jnp.zeros_like, at)
+    _, partial = jax.vmap(functools.partial(client.steps, frozen=frozen),
+                          in_axes=(None, None, None, 0, 0, 0, 0, 0, None, 0))(
+        base, at, zeros, data.x, data.y, data.counts, silo, rnd, jnp.int32(0), sizes)
+    noise = jax.vmap(client.noise, in_axes=(None, None, 0, 0))(base, at, silo, rnd)
+    if noise is not None:
+        partial = _tmap(jnp.add, partial, noise)
+
+    def apply(v, msg):
+        return _tmap(lambda vi, m: vi - (m if scale == 1.0 else scale * m), v, msg), None
+
+    return jax.lax.scan(apply, params, partial)[0]
+
+
+class DelayedServer(NamedTuple):
+    """``params``: ``w`` after the rounds run; ``ring``: the models at the starts of the last ``d + 1`` rounds
+    (round ``i``'s in slot ``i % (d + 1)``); ``round``; ``base``: the run's round-0 key data."""
+
+    params: Any
+    ring: Any
+    round: jnp.ndarray
+    base: jnp.ndarray
+
+
+def delayed_sgd(loss_fn, sizes, *, step_size: StepSize, lookahead: int = 1, aggregation: str = "sum",
+                name: str = "delayed SGD") -> FederatedAlgorithm:
+    """Delayed-gradient SGD: van Dijk et al.'s recursion (1) at the largest delay its protocol allows.
+
+    One trajectory ``w``: in round ``i`` every client ``c`` takes ``sizes[i, c]`` single-record gradients on
+    records drawn uniformly with replacement from its own (the draws of :func:`sync_sgd`), **all at**
+    ``w_hat_i = w_{start of round max(i - d, 0)}``, and ``w`` moves by the sum of the clients' step-weighted
+    sums (``1/n`` of it with ``aggregation="mean"``). With lookahead ``d`` a client of round ``i`` holds
+    broadcast ``k >= i - d``, which contains every update before round ``k``; the updates it is guaranteed to
+    see are those before round ``i - d``, so step ``t`` of round ``i`` here reads the model with delay
+    ``tau(t) = (t - S_i) + sum_{i-d <= j < i} s_j`` (``S_i`` the steps before round ``i``): the worst case
+    consistent with the paper's delay function, where the protocol (:func:`async_sgd`) lets a client see its
+    own steps and any broadcast that arrived early. ``d = 0`` is synchronous large-batch SGD (every gradient
+    of a round at its start). ``rounds=sizes.shape[0]``; a reference without noise, it states no privacy.
+
+    Example:
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.algorithms.async_schedules import step_size
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> data, sizes, eta = iid(x, y, num_silos=4, seed=0), np.full((6, 4), 10), step_size("constant", 0.05)
+      >>> stale = jaxfl.train(delayed_sgd(logistic_loss, sizes, step_size=eta), data, init_linear(5), rounds=6,
+      ...                     progress=False)                  # every step of round i at round i - 1's start
+      >>> float(binary_accuracy(stale.params, x, y)) > 0.9
+      True
+    """
+    sizes = _round_sizes(sizes)
+    d = checks.non_negative_int("lookahead", lookahead)
+    client = _client(loss_fn, sizes, step_size, math.inf, 0.0)
+    n = client.num_clients
+    scale = _server_scale(aggregation, n)
+
+    def init(params):
+        return DelayedServer(params, _stack(params, d + 1), jnp.int32(0), _key_template())
+
+    def round_fn(state: DelayedServer, data, key, inputs):
+        _check_silos(data.x.shape[0], n)
+        base = _base_key(state.base, key, state.round == 0)
+        i = state.round
+        ring = _tmap(lambda r, w: r.at[i % (d + 1)].set(w), state.ring, state.params)
+        at = _tmap(lambda r: r[jnp.maximum(i - d, 0) % (d + 1)], ring)
+        v = _synchronous_round(client, scale, base, state.params, at, i, data, inputs["sizes"], frozen=True)
+        return DelayedServer(v, ring, i + 1, base), {"steps": jnp.sum(inputs["sizes"])}
 
     return FederatedAlgorithm(init, round_fn, None, name, schedule={"sizes": sizes.astype(np.int32)})
 

@@ -267,6 +267,21 @@ def nssgd(loss_fn, *, shared, learning_rate: float, tau: float, bound: float, no
     is the estimator's ``z`` for both of its mechanisms (:func:`mean_estimation.calibrate_winsorized_mean`
     per step). Privacy is stated (user level, :func:`nssgd_event` per step) only with ``separable=True``,
     for the reason given in the module docstring.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, numpy as np, jaxfl
+      >>> from jaxfl.data import group_by_user
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 40, 3)))
+      >>> silos = jaxfl.from_silos([(x[i], np.zeros(40, np.float32)) for i in range(4)])
+      >>> users = group_by_user(silos, records_per_user=2)            # 20 users of 2 records per owner
+      >>> def loss(p, z, y):                                           # separable, as for ansgd
+      ...     return 0.5 * jnp.sum((p["x"] - z) ** 2) + 0.5 * jnp.sum((p["u"] - z) ** 2)
+      >>> algorithm = nssgd(loss, shared={"x": "private", "u": "shared"}, learning_rate=0.1, tau=2.0, bound=5.0,
+      ...                   noise_multiplier=4.0, separable=True)
+      >>> result = jaxfl.train(algorithm, users, {"x": jnp.zeros(3), "u": jnp.zeros(3)}, rounds=20, delta=1e-5,
+      ...                      progress=False)
+      >>> result.epsilons.round(2)           # user level, one ledger per owner: 20 steps, each owner drawn 1 in 4
+      array([9.65, 9.65, 9.65, 9.65])
     """
     eta, z, project_u, project_x = _check_common(learning_rate, noise_multiplier, shared_radius, private_radius)
     tau = checks.positive_float("tau", tau)

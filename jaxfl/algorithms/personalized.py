@@ -80,8 +80,8 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
                  server_opt: optax.GradientTransformation | None = None, batch_size: int | None = None,
                  sampling_rate=None, expected_batch_size=None, clip_norm=math.inf, noise_multiplier=0.0,
                  participation=None, silos_per_round=None, noise_on: str = "all", shared_gradient_at: str = "current",
-                 chunk="auto",
-                 microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
+                 noise_placement: str = "local", owners: int | None = None, chunk="auto", microbatch="auto",
+                 name: str | None = None) -> FederatedAlgorithm:
     """Shared body + per-silo private parameters (FedPer-style joint local training; Huang et al.'s regimes).
 
     Every silo's private part starts at the initial params' private leaves. Per round each participant
@@ -123,6 +123,24 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
         joint DP allows (billboard model: every other silo's output is post-processing of the transcript
         and its own data).
 
+    ``noise_placement`` says who adds the noise:
+
+    - ``"local"`` (default): each silo adds ``N(0, (z C)^2)`` to its own clipped sums (ISRL-DP; no one is
+      trusted). The mean of ``n`` silos' updates then carries ``sqrt(n)`` times the noise of one central draw.
+    - ``"central"``: central DP-SGD, the noise of one draw ``N(0, (z C)^2)`` on the sum over the ``owners``
+      silos' clipped sums (Huang et al.'s "central-DP noise ... for each global model update"), added in shares:
+      each silo adds ``N(0, (z C)^2 / owners)``, which sum to that draw under **secure aggregation** (the
+      server sees the sum only; every owner honest in adding its share; a trusted aggregator adding one draw to
+      the plain sum releases the same). ``owners`` is the public number of silos, all of which take part in
+      every round (no ``participation``); a round with fewer would carry less noise, so the statement refuses
+      silo counts that differ from it. Two statements: ``events``, what one silo's own message reveals (ISRL-DP
+      at ``z / sqrt(owners)``, true even without secure aggregation), and ``RoundPrivacy.central``, what the
+      aggregate reveals about any record of any silo (``sampler.event`` at ``z``; the smallest silo's for
+      size-dependent samplers), which :func:`jaxfl.engine.driver.make_ledger` accounts with ``central=True``.
+      The central statement needs ``local_steps=1``: with more local steps a silo's later gradients are
+      taken at points its own lightly noised steps moved, which the other silos' shares do not hide, so only
+      the per-silo statement is made (``central`` is None).
+
     Example:
       >>> import jax, numpy as np, optax, jaxfl
       >>> from jaxfl.data import iid
@@ -151,7 +169,11 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
     if isinstance(client_opt, Mapping) and set(client_opt) != {"shared", "private"}:
         raise ValueError("a client_opt mapping needs exactly the keys 'shared' and 'private', "
                          f"got {sorted(client_opt)}")
-    shared_z, silo_z = per_silo_noise(noise_multiplier)
+    central = checks.one_of("noise_placement", noise_placement, ("local", "central")) == "central"
+    share = _noise_share(noise_multiplier, owners, participation, private) if central else noise_multiplier
+    if not central and owners is not None:
+        raise ValueError(f"owners={owners} sets the noise shares of noise_placement='central' (got 'local')")
+    shared_z, silo_z = per_silo_noise(share)
     part = lambda params, want: partition(params, shared_labels(shared, params), want)  # noqa: E731
     stated = private and (noise_on == "all" or shared_gradient_at == "initial")
 
@@ -213,6 +235,39 @@ def personalized(loss_fn, *, shared, client_opt, local_steps: int,
     return FederatedAlgorithm(
         init=init,
         round=make_round(client, server, resolve(participation), per_silo=silo_z, silo_state=True),
-        privacy=sampled_silo_privacy(sampler, noise_multiplier, num_steps) if stated else None,
+        privacy=(_central_privacy(sampler, noise_multiplier, share, owners, num_steps) if central
+                 else sampled_silo_privacy(sampler, noise_multiplier, num_steps)) if stated else None,
         name=name or ("dp_personalized" if stated else "personalized"),
         init_silos=init_silos, silo_params=silo_params)
+
+
+def _noise_share(noise_multiplier, owners, participation, private) -> float:
+    """The noise multiplier each silo adds under ``noise_placement="central"``: ``z / sqrt(owners)``."""
+    owners = checks.positive_int("owners", owners)
+    if not private:
+        return 0.0
+    if np.ndim(noise_multiplier) != 0:
+        raise ValueError("noise_placement='central' adds shares of one draw: noise_multiplier must be one number, "
+                         f"got {np.shape(noise_multiplier)[0]} per silo")
+    if participation is not None:
+        raise ValueError(f"noise_placement='central' needs every owner in every round (the shares sum to one "
+                         f"draw), got participation={participation!r}")
+    return noise_multiplier / math.sqrt(owners)   # traced in sweeps
+
+
+def _central_privacy(sampler, noise_multiplier, share, owners, num_steps):
+    """``counts -> RoundPrivacy``: per silo its own message at ``share`` (ISRL-DP), and the aggregate's central
+    event at ``noise_multiplier`` for one local step (see :func:`personalized`)."""
+    silo_privacy = sampled_silo_privacy(sampler, share, num_steps)
+
+    def privacy(counts):
+        real = [int(c) for c in np.asarray(counts) if c > 0]
+        if len(real) != owners:
+            raise ValueError(f"noise_placement='central' with owners={owners}: the shares sum to one draw only "
+                             f"over {owners} silos, but {len(real)} hold records")
+        statement = silo_privacy(counts)
+        if num_steps != 1:
+            return statement
+        return statement._replace(central=sampler.event(min(real), float(noise_multiplier)))
+
+    return privacy

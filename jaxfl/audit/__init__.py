@@ -87,10 +87,11 @@ class CanaryGame(NamedTuple):
 
 
 def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int = 1024, background: int = 4,
-                clip_norm: float = 1.0) -> CanaryGame:
+                clip_norm: float = 1.0, silos: int = 1) -> CanaryGame:
     """The auditor's dataset pair for one silo's records (``level="record"``: silo 0 holds ``background`` zero
-    records and the canary) or for clients (``level="client"``: ``background`` clients of zero records and a
-    canary client of one canary record), in ``dim`` dimensions.
+    records and the canary, and each of the other ``silos - 1`` silos ``background`` zero records: the setting
+    of a central statement over all silos' records) or for clients (``level="client"``: ``background`` clients
+    of zero records and a canary client of one canary record), in ``dim`` dimensions.
 
     Removing the canary leaves its row as padding (``count`` one less, or the canary client with ``count = 0``),
     so both datasets have the same shapes and one compiled program serves both.
@@ -100,13 +101,16 @@ def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int =
     if relation not in (ADD_OR_REMOVE_ONE, REPLACE_ONE):
         raise ValueError(f"relation must be add_or_remove_one or replace_one, got {relation.name.lower()}")
     dim, background = checks.positive_int("dim", dim), checks.positive_int("background", background)
+    silos = checks.positive_int("silos", silos)
+    if silos > 1 and level != "record":
+        raise ValueError(f"silos={silos} adds silos of background records to a record-level game, not {level!r}")
     canary = np.zeros(dim, np.float32)
     canary[0] = CANARY_SCALE * float(clip_norm)
     direction = {"w": jnp.asarray(np.eye(dim, dtype=np.float32)[0])}
     if level == "record":
-        x = np.zeros((1, background + 1, dim), np.float32)
+        x = np.zeros((silos, background + 1, dim), np.float32)
         x[0, background] = canary
-        inside_counts = np.array([background + 1])
+        inside_counts = np.array([background + 1] + [background] * (silos - 1))
     else:
         x = np.zeros((background + 1, 1, dim), np.float32)
         x[background, 0] = canary
@@ -220,18 +224,19 @@ class AuditResult:
 
 
 def claimed_epsilon(algorithm: FederatedAlgorithm, game: CanaryGame, *, rounds: int, delta: float,
-                    accountant: str = "rdp") -> float:
+                    accountant: str = "rdp", central: bool = False) -> float:
     """The epsilon the algorithm's ledger certifies for ``rounds`` rounds on the game's larger dataset, for the
     canary's silo (record level) or for any client (client level); ``inf`` for an algorithm that states no
-    privacy. Refuses a statement made for another relation than the game's."""
-    ledger = make_ledger(algorithm, np.asarray(game.inside.counts), accountant)
+    privacy. ``central``: the algorithm's central statement (``RoundPrivacy.central``: the aggregate over the
+    game's silos). Refuses a statement made for another relation than the game's."""
+    ledger = make_ledger(algorithm, np.asarray(game.inside.counts), accountant, central=central)
     if ledger is None:
         return math.inf
     if ledger.neighboring_relation is not None and ledger.neighboring_relation is not game.relation:
         raise ValueError(f"the algorithm states {ledger.neighboring_relation.name.lower()} privacy; audit it with a "
                          f"canary game of that relation, not {game.relation.name.lower()}")
     ledger.record(rounds)
-    if game.level == "client":
+    if game.level == "client" or central:
         return float(ledger.epsilon(delta))
     return float(ledger.epsilons(delta)[0])
 
@@ -258,14 +263,15 @@ def lower_bound(inside: dict, outside: dict, *, delta: float, significance: floa
 
 def audit(algorithm: FederatedAlgorithm, game: CanaryGame, *, runs: int = 20_000, rounds: int = 1,
           delta: float = 1e-5, accountant: str = "rdp", significance: float = 0.05, key=0, claim=None,
-          name: str | None = None) -> AuditResult:
+          name: str | None = None, central: bool = False) -> AuditResult:
     """Audits ``algorithm`` on ``game``: ``runs`` runs of ``rounds`` rounds on each dataset (the same keys on
     both), the :data:`STATISTICS` of their releases, and the lower bound of :func:`lower_bound` against the
-    epsilon the algorithm's ledger claims (:func:`claimed_epsilon`; ``claim``: another algorithm's statement
-    to hold this one to, e.g. the honest algorithm's for a sabotaged variant)."""
+    epsilon the algorithm's ledger claims (:func:`claimed_epsilon`, its central statement with ``central``;
+    ``claim``: another algorithm's statement to hold this one to, e.g. the honest algorithm's for a sabotaged
+    variant)."""
     checks.delta("delta", delta)
     claimed = claimed_epsilon(algorithm if claim is None else claim, game, rounds=rounds, delta=delta,
-                              accountant=accountant)
+                              accountant=accountant, central=central)
     inside = scores(releases(algorithm, game.inside, game.params, runs=runs, rounds=rounds, key=key), game.direction)
     outside = scores(releases(algorithm, game.outside, game.params, runs=runs, rounds=rounds, key=key),
                      game.direction)

@@ -38,6 +38,7 @@ class Audit(NamedTuple):
     accountant: str = "pld"
     rounds: int | None = 1
     about: str = ""
+    central: bool = False     # the algorithm's central statement (the aggregate over the game's silos)
 
 
 def _minibatch_sgd(expected: bool, **overrides):
@@ -65,12 +66,26 @@ def _dp_fedavg(**overrides):
     return dp_fedavg(linear_loss, **{**kwargs, **overrides})
 
 
-def _personalized(noise_on: str = "all"):
+def _personalized(noise_on: str = "all", **overrides):
     from jaxfl.algorithms import personalized
 
-    return personalized(linear_loss, shared={"w": "shared", "head": "private"}, client_opt=optax.sgd(1.0),
-                        local_steps=1, sampling_rate=RATE, expected_batch_size=RATE * (BACKGROUND + 1), clip_norm=CLIP,
-                        noise_multiplier=NOISE, noise_on=noise_on, shared_gradient_at="initial", microbatch=None)
+    kwargs = dict(shared={"w": "shared", "head": "private"}, client_opt=optax.sgd(1.0), local_steps=1,
+                  sampling_rate=RATE, expected_batch_size=RATE * (BACKGROUND + 1), clip_norm=CLIP,
+                  noise_multiplier=NOISE, noise_on=noise_on, shared_gradient_at="initial", microbatch=None)
+    return personalized(linear_loss, **{**kwargs, **overrides})
+
+
+OWNERS = 4
+"""The central audits' silos: the canary's and three of background records, each adding a quarter of the noise
+variance."""
+
+
+def _personalized_central(owners: int = OWNERS):
+    return _personalized(noise_placement="central", owners=owners)
+
+
+def _central_game():
+    return _with_head(canary_game(level="record", background=BACKGROUND, clip_norm=CLIP, silos=OWNERS))
 
 
 def _noisy_minibatch_sgd(**overrides):
@@ -230,6 +245,10 @@ AUDITS = {
     "personalized_joint": Audit(lambda: (_personalized("shared"), _with_head(_record_game())),
                                 "pld", 1, "joint DP: noise on the shared part, taken at the head's public initial "
                                           "value: add/remove-one record, from the other silos"),
+    "personalized_central": Audit(lambda: (_personalized_central(), _central_game()), "pld", 1,
+                                  "central noise placement: 4 owners each add N(0, (z C)^2 / 4), z 1.5, the "
+                                  "aggregate's central statement: add/remove-one record of any owner",
+                                  central=True),
     "noisy_minibatch_sgd": Audit(lambda: (_noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy", 1,
                                  "Lowy & Razaviyayn's noisy MB-SGD, K = 2 draws with replacement, z 10: replace-one, "
                                  "closed-form accountant"),
@@ -316,6 +335,7 @@ class Sabotage(NamedTuple):
     accountant: str = "pld"
     rounds: int | None = 1
     about: str = ""
+    central: bool = False
 
 
 SABOTAGES = {
@@ -330,6 +350,10 @@ SABOTAGES = {
     "noise_key_reused": Sabotage(lambda: (_noise_key_reused(RATE * (BACKGROUND + 1)), _minibatch_sgd(True),
                                           _record_game()), rounds=2,
                                  about="minibatch_sgd whose noise key is reused across rounds"),
+    "central_shares_too_small": Sabotage(lambda: (_personalized_central(4 * OWNERS), _personalized_central(),
+                                                  _central_game()), central=True,
+                                         about="central placement whose owners add shares for 16 owners (z / 4 "
+                                               "each: z / 2 on the aggregate), held to 4 owners' claim"),
     "noisy_minibatch_sgd_clipping_off": Sabotage(
         lambda: (_noisy_minibatch_sgd(clip_norm=CANARY_SCALE * CLIP, noise_multiplier=10.0 / CANARY_SCALE),
                  _noisy_minibatch_sgd(), _record_game(REPLACE_ONE)), "lowy",
@@ -372,10 +396,10 @@ def run_named(name: str, *, runs: int = 20_000, delta: float = DELTA, key=0) -> 
         spec = AUDITS[name]
         algorithm, game = spec.build()
         return audit(algorithm, game, runs=runs, rounds=_rounds(spec, algorithm), delta=delta,
-                     accountant=spec.accountant, key=key, name=name)
+                     accountant=spec.accountant, key=key, name=name, central=spec.central)
     if name in SABOTAGES:
         spec = SABOTAGES[name]
         sabotaged, honest, game = spec.build()
         return audit(sabotaged, game, runs=runs, rounds=_rounds(spec, honest), delta=delta,
-                     accountant=spec.accountant, key=key, claim=honest, name=name)
+                     accountant=spec.accountant, key=key, claim=honest, name=name, central=spec.central)
     raise ValueError(f"unknown audit {name!r}; known: {', '.join(sorted(AUDITS) + sorted(SABOTAGES))}")

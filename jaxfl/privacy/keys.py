@@ -30,7 +30,15 @@ SERVER = 2**31 - 1
 
 
 class Purpose(enum.IntEnum):
-    """What a random draw is for; the last ``fold_in`` of every key."""
+    """What a random draw is for; the last ``fold_in`` of every key.
+
+    Example:
+      >>> import jax
+      >>> silo = silo_key(round_key(jax.random.key(0), 0), 2)
+      >>> noise, batch = step_key(silo, 0, Purpose.NOISE), step_key(silo, 0, Purpose.MINIBATCH)
+      >>> bool((jax.random.key_data(noise) != jax.random.key_data(batch)).any())   # one address, two purposes
+      True
+    """
 
     PARTICIPATION = 0  # which silos take part in a round
     MINIBATCH = 1  # which records a silo samples in a local step

@@ -98,11 +98,11 @@ def register(study, home: str | os.PathLike | None = None):
 
 def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print, panels=None,
               share=None, workers: dict | None = None, segment_rounds: int | None = None,
-              configs_per_batch: int | None = None) -> Path | None:
-    """Runs ``study`` (its quick form and/or named variant; only the panels labelled ``panels`` if given, a
-    partial run whose results say so), writes its results under ``out_dir`` and prints its summary. With
-    ``share`` (:class:`jaxfl.studies.runner.Share`, a worker of ``jaxfl reproduce --workers``): only the
-    share's grid programs and runs, stored under ``out_dir``; nothing else is written and None returned.
+              configs_per_batch: int | None = None, trials: int | None = None) -> Path | None:
+    """Runs ``study`` (its quick form and/or named variant; only the panels labelled ``panels`` and the first
+    ``trials`` trials if given, a partial run whose results say so), writes its results under ``out_dir`` and prints
+    its summary. With ``share`` (:class:`jaxfl.studies.runner.Share`, a worker of ``jaxfl reproduce --workers``):
+    only the share's grid programs and runs, stored under ``out_dir``; nothing else is written and None returned.
     ``workers``: ``{"count", "wall_seconds"}`` of the workers' pass that ran before this one (recorded in the
     results' ``config.workers``). ``segment_rounds``: grid programs in checkpointed segments of about that many
     rounds (:func:`jaxfl.studies.runner.run`). ``configs_per_batch``: grid points per compiled call of every
@@ -111,7 +111,7 @@ def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print
 
     from jaxfl.studies import report, runner
 
-    form = study.form_of(quick, variant, panels)
+    form = study.form_of(quick, variant, panels, trials)
     if configs_per_batch is not None:
         form = dataclasses.replace(form, configs_per_batch=configs_per_batch)
     check_keeps_results(form, out_dir)
@@ -132,9 +132,9 @@ def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print
 
 def check_keeps_results(form, out_dir) -> None:
     """Raises ``ValueError`` when running ``form`` (a study's form, :meth:`Study.form_of`) into ``out_dir``
-    would replace a ``results.json`` there that holds another study or form, or panels this run leaves out (a partial
-    ``--panel`` run writes its panels only). Re-running the same form over the same or more panels is allowed:
-    their stored parts are reused."""
+    would replace a ``results.json`` there that holds another study or form, or panels or trials this run leaves out
+    (a partial ``--panel`` or ``--trials`` run writes its own only). Re-running the same form over the same or more
+    panels is allowed: their stored parts are reused."""
     path = Path(out_dir) / "results.json"
     if not path.is_file():
         return
@@ -156,6 +156,9 @@ def check_keeps_results(form, out_dir) -> None:
     if dropped:
         raise ValueError(f"{path} holds panel(s) {', '.join(dropped)}, which this run would drop: add --panel for "
                          "each (their stored parts are reused) or pass another --out")
+    if int(config.get("trials", 0)) > form.trials_run:
+        raise ValueError(f"{path} holds {config['trials']} trials, which this run of {form.trials_run} would drop: "
+                         "pass --trials with at least as many (their stored parts are reused) or another --out")
 
 
 def find_papers(papers: str | os.PathLike | None = None) -> Path | None:

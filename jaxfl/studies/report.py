@@ -221,7 +221,9 @@ def study_config(study) -> dict:
     """The generic part of ``results.json``'s ``config``."""
     partial = {} if study.only_panels is None else {"partial": True,
                                                      "panels_of_full_study": [p.label for p in study.panels]}
-    return {"form": study.form, "quick": study.is_quick, "trials": study.trials, "repetitions": study.reps,
+    if study.only_trials is not None:
+        partial.update({"partial": True, "trials_of_full_study": study.trials})
+    return {"form": study.form, "quick": study.is_quick, "trials": study.trials_run, "repetitions": study.reps,
             "panels": [p.label for _, p in study.panels_run], **partial, "selection": study.select.describe,
             "configs_per_batch": study.configs_per_batch,
             "settings": {k: v for k, v in study.settings.items() if not callable(v)}}
@@ -376,9 +378,11 @@ def summary(doc: dict, report: Report) -> str:
     cells = _cells(doc)
     c = doc["config"]
     lines = []
-    if c.get("partial"):
+    if c.get("panels_of_full_study"):
         missing = [p for p in c["panels_of_full_study"] if p not in c["panels"]]
         lines += [f"**Partial run**: panels {', '.join(c['panels'])} only (not run: {', '.join(missing)}).", ""]
+    if c.get("trials_of_full_study"):
+        lines += [f"**Partial run**: {c['trials']} of the study's {c['trials_of_full_study']} trials.", ""]
     for panel in _panels(doc):
         lines.append(report.header.format(name=doc["experiment"], panel=panel, trials=c.get("trials"),
                                           reps=c.get("repetitions"), form=form_label(c.get("form"))))

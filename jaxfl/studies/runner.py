@@ -413,19 +413,19 @@ def run(study: Study, out_dir: Path | None = None, log=print, share: Share | Non
     source_revision()
     t_start = time.perf_counter()
     rows, per_trial = [], []
-    for t in range(study.trials):
+    for t in range(study.trials_run):
         t0 = time.perf_counter()
         parts_seconds, parts_reused, sources, machines, runs_seconds = 0.0, 0, set(), set(), 0.0
         trial = None if study.data_per_panel else study.data(study, t)
         panel_info = {}
         if trial is not None:
-            log(f"  trial {t + 1}/{study.trials}: " + _facts(trial.info))
+            log(f"  trial {t + 1}/{study.trials_run}: " + _facts(trial.info))
         for p, panel in study.panels_run:
             if study.data_per_panel:
                 trial = study.data(study, t, panel)
                 sizes = {} if trial.train is None else {"silo_sizes": np.asarray(trial.train.counts).tolist()}
                 panel_info[panel.label] = {**sizes, **trial.info}
-                log(f"  trial {t + 1}/{study.trials}, {panel.label}: " + _facts(trial.info))
+                log(f"  trial {t + 1}/{study.trials_run}, {panel.label}: " + _facts(trial.info))
             seeds = [study.seed(t, p, r) for r in range(study.reps)]
             best: dict = {}
             panel_rows = []

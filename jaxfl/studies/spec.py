@@ -198,6 +198,8 @@ class Study:
       form: set by :meth:`form`: ``"full"``, ``"quick"``, plus ``"+variant"``.
       only_panels: set by :meth:`form_of`: the labels of the panels to run (None: all). A partial run keeps
         every panel's index, so its stored parts are the full run's and a later full run reuses them.
+      only_trials: set by :meth:`form_of`: run the first ``only_trials`` trials only (None: all), a partial run
+        whose stored parts a later run of more trials reuses (a trial's seeds do not depend on how many run).
 
     Example:
       >>> from jaxfl.studies import run
@@ -234,6 +236,7 @@ class Study:
     reuses_base_parts: bool = False
     form: str = "full"
     only_panels: tuple | None = None
+    only_trials: int | None = None
 
     def __getitem__(self, name):
         return self.settings[name]
@@ -248,9 +251,11 @@ class Study:
     def is_quick(self) -> bool:
         return self.form.startswith("quick")
 
-    def form_of(self, quick: bool = False, variant: str | None = None, panels=None) -> "Study":
+    def form_of(self, quick: bool = False, variant: str | None = None, panels=None,
+                trials: int | None = None) -> "Study":
         """This study's quick form and/or named variant (overrides applied in that order), restricted to the
-        panels labelled ``panels`` (a sequence of labels; None: every panel)."""
+        panels labelled ``panels`` (a sequence of labels; None: every panel) and to its first ``trials`` trials
+        (None: all)."""
         study = self
         if variant is not None and variant not in self.variants:
             known = ", ".join(sorted(self.variants)) or "none"
@@ -269,7 +274,17 @@ class Study:
                 raise ValueError(f"unknown panel {unknown[0] if unknown else '(none given)'!r} of {study.name} "
                                  f"({form} form; its panels: {', '.join(map(repr, labels))})")
             panels = tuple(p for p in labels if p in panels)
-        return dataclasses.replace(study, form=form, only_panels=panels)
+        if trials is not None:
+            trials = checks.positive_int("trials", trials)
+            if trials > study.trials:
+                raise ValueError(f"trials={trials}, but {study.name} ({form} form) has {study.trials}")
+            trials = trials if trials < study.trials else None
+        return dataclasses.replace(study, form=form, only_panels=panels, only_trials=trials)
+
+    @property
+    def trials_run(self) -> int:
+        """How many trials a run computes: :attr:`only_trials`, or every trial."""
+        return self.trials if self.only_trials is None else self.only_trials
 
     @property
     def panels_run(self) -> tuple:

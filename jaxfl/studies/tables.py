@@ -180,8 +180,10 @@ def generate(docs_text: str, root: Path) -> str:
 
 
 def documents(root: Path) -> list[Path]:
-    """The documents with generated tables: ``README.md`` and every paper home's ``README.md``."""
-    return [root / "README.md", *sorted(root.glob("papers/*/README.md"))]
+    """The documents with generated tables: ``README.md``, the paper homes' index ``papers/README.md`` (when there
+    is one) and every paper home's ``README.md``."""
+    index = [root / "papers" / "README.md"] if (root / "papers" / "README.md").is_file() else []
+    return [root / "README.md", *index, *sorted(root.glob("papers/*/README.md"))]
 
 
 def main(check: bool = False, docs: Path | None = None, root: Path | None = None, papers=None) -> int:

@@ -9,8 +9,8 @@ from jaxfl.studies.registry import register
 from jaxfl.studies.report import Column, Curve, Figure, Report, Table
 from jaxfl.studies.spec import Panel, Study
 from papers.huang_jdp.notes import _dp_rate_notes, _figure1_notes, _table2_notes, _table4_notes
-from papers.huang_jdp.paper import (BATCH, CLIP, DELTA, DP_RATES, FULL, JOINT, LOW_DP_RATES, N128_DP_RATES, PAPER,
-                                    PER_SILO, TABLE3, TABLE4)
+from papers.huang_jdp.paper import (BATCH, CENTRAL_DP_RATES, CLIP, DELTA, DP_RATES, FULL, JOINT, LOW_DP_RATES,
+                                    N128_DP_RATES, PAPER, PER_SILO, TABLE3, TABLE4)
 from papers.huang_jdp.regimes import (REGIMES, _dp_rate_family, _dp_rate_label, _dp_tuned_variant, _families, _panels,
                                       _table2_dp_tuned, _table2_regimes)
 from papers.huang_jdp.studies import QUICK, _table1, _tuning
@@ -70,8 +70,8 @@ def _dp_learning_rate() -> Study:
     base = _tuning("mnist")
     families = (_dp_rate_family(REGIMES["full_dp"]), _dp_rate_family(REGIMES["joint_dp"]))
 
-    def report(rates):
-        labels = tuple(_dp_rate_label(f.label, lr) for f in families for lr in rates)
+    def report(rates, of=families):
+        labels = tuple(_dp_rate_label(f.label, lr) for f in of for lr in rates)
         return Report(table=Table(columns=tuple(Column(label, label, "mean_std") for label in labels),
                                   metric="test_accuracy", metric_name="validation accuracy", digits=4),
                       header="{name}, {panel}: validation accuracy per regime and learning rate, eps 1 ({form} "
@@ -90,6 +90,12 @@ def _dp_learning_rate() -> Study:
     # the next n (more noise per owner) at the rates around n = 64's best: its own panel, so its own parts
     n128 = {"settings": {"learning_rates": N128_DP_RATES}, "panels": _panels((128,)), "report": report(N128_DP_RATES),
             "config": {"note": "n = 128 only"}}
+    # central noise placement (one draw on the owners' sum per global update), chosen on full DP (the regime with
+    # a central guarantee) at n = 64: the rate Table 1's central variants run at
+    central = {"settings": {"placement": "central", "learning_rates": CENTRAL_DP_RATES}, "panels": _panels((64,)),
+               "families": families[:1], "report": report(CENTRAL_DP_RATES, families[:1]),
+               "config": {"note": "central noise placement, full DP at n = 64 (the rate of table1's central "
+                                  "variants)"}}
     return dataclasses.replace(
         base, name="huang-jdp/dp-learning-rate",
         description="Huang et al. (MNIST, n = 4, 16 and 64; variants fashion-mnist, low-rates, "
@@ -102,7 +108,8 @@ def _dp_learning_rate() -> Study:
                              "private regime's validation error is not itself private (not accounted)"},
         quick={**QUICK, "settings": {**QUICK["settings"], "learning_rates": (0.01, 0.1)}},
         variants={"fashion-mnist": fashion, "low-rates": low, "fashion-mnist-low-rates": on_fashion(low),
-                  "fashion-mnist-n128": on_fashion(n128)})
+                  "fashion-mnist-n128": on_fashion(n128), "central": central,
+                  "fashion-mnist-central": on_fashion(central)})
 
 
 DP_LEARNING_RATE = register(_dp_learning_rate())

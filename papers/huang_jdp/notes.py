@@ -212,6 +212,7 @@ def _noise_columns(label: str) -> tuple:
             Column("z", label, "metric:noise_multiplier", fmt="{:.2f}"),
             Column("noise std / coordinate, one owner", label, "metric:noise_std_owner", fmt="{:.3f}"),
             Column("... mean over n owners", label, "metric:noise_std_mean", fmt="{:.3f}"),
+            Column("... central (one draw on the mean)", label, "metric:noise_std_central", fmt="{:.3f}"),
             Column("eps spent", label, "certified"))
 
 
@@ -219,12 +220,13 @@ def _dp_rate_notes(doc: dict) -> str:
     dataset = doc["config"]["settings"]["dataset"]
     panels = list(dict.fromkeys(r["panel"] for r in doc["runs"]))
     rates = sorted({float(r["learning_rate"]) for r in doc["runs"]})
-    header = ("learning rate", *(f"{label}, {panel}" for panel in panels for label in (FULL, JOINT)))
+    regimes = [label for label in (FULL, JOINT) if any(r["algorithm"].startswith(label + ",") for r in doc["runs"])]
+    header = ("learning rate", *(f"{label}, {panel}" for panel in panels for label in regimes))
     rows, best = [], {}
     for lr in rates:
         cells = []
         for panel in panels:
-            for label in (FULL, JOINT):
+            for label in regimes:
                 values = _test_accuracies(doc, panel, _dp_rate_label(label, lr))
                 cells.append(f"{np.mean(values):.4f}" if values else "-")
                 if values and np.mean(values) > best.get((panel, label), (None, -1.0))[1]:
@@ -235,9 +237,15 @@ def _dp_rate_notes(doc: dict) -> str:
                            header, rows)
     # a best rate at either end of the grid may not be the best rate: a rate beyond it was not tried
     edge = {rates[0]: ", the grid's lowest", rates[-1]: ", the grid's highest"}
-    errors, choice_panels = _validation_errors(doc["runs"], DP_RATE_CHOICE_PANELS), " and ".join(DP_RATE_CHOICE_PANELS)
-    choice = (f"the dp-tuned variants use the lowest mean validation error over {choice_panels}: {_chosen(errors):g}"
-              if errors else f"the dp-tuned variants' rate is chosen on the base form's {choice_panels}")
+    if doc["config"]["settings"].get("placement") == "central":
+        choice = (f"Table 1's central variants use the lowest mean validation error here: "
+                  f"{_chosen(_validation_errors(doc['runs'])):g}")
+    else:
+        errors = _validation_errors(doc["runs"], DP_RATE_CHOICE_PANELS)
+        choice_panels = " and ".join(DP_RATE_CHOICE_PANELS)
+        choice = (f"the dp-tuned variants use the lowest mean validation error over {choice_panels}: "
+                  f"{_chosen(errors):g}" if errors else
+                  f"the dp-tuned variants' rate is chosen on the base form's {choice_panels}")
     lines += ["", "Best rate per regime and panel: " + "; ".join(
         f"{label}, {panel}: " + (f"{lr:g} ({acc:.4f}{edge.get(lr, '')})" if acc >= ABOVE_CHANCE else
                                  f"none above chance (best {acc:.4f}, at {lr:g}; below {ABOVE_CHANCE:.3f})")

@@ -15,6 +15,7 @@ import optax
 from jaxfl.accounting.calibrate import epsilon_for, noise_multiplier_for
 from jaxfl.accounting.group import group_privacy, record_level_target
 from jaxfl.algorithms import personalized
+from jaxfl.engine.driver import make_ledger
 from jaxfl.studies.spec import Family, Panel, Program, Study, Trial
 from jaxfl.models import nets
 from papers.huang_jdp.paper import (CLIP, DELTA, DP_RATE_CHOICE_PANELS, FULL, HOME, JOINT, NO_DP, PER_SILO, SETTINGS,
@@ -60,22 +61,36 @@ def _shared(private_layers):
 
 def _build(regime: Regime, static: dict, *, epsilon, learning_rate, noise_multiplier=0.0):
     del epsilon  # the noise multiplier carries it
+    central = regime.private and static.get("placement") == "central"
     return personalized(nets.two_head_loss, shared=_shared(regime.private_layers),
                         client_opt=optax.sgd(learning_rate), local_steps=static["local_steps"],
                         sampling_rate=static["rate"], chunk=static["chunk"],
                         expected_batch_size=static["expected_batch_size"] if regime.private else None,
                         clip_norm=CLIP if regime.private else math.inf,
                         noise_multiplier=noise_multiplier if regime.private else 0.0, noise_on=regime.noise_on,
-                        shared_gradient_at=regime.at)
+                        shared_gradient_at=regime.at, noise_placement="central" if central else "local",
+                        owners=static["owners"] if central else None)
 
 
-def schedule(study: Study | dict, n: int) -> dict:
+def _setting(study: Study | dict, name: str, default):
+    """``study[name]``, or ``default`` for settings older results do not record."""
+    try:
+        return study[name]
+    except KeyError:
+        return default
+
+
+def schedule(study: Study | dict, n: int, placement: str | None = None, unit: str | None = None) -> dict:
     """Panel ``n``'s local training: Table 3's ``E`` and ``T``, the Poisson rate ``q`` and the local steps per
     round: ``E`` (``local_unit="iterations"``) or ``round(E / q)`` (``"epochs"``: ``E`` passes in expectation).
-    ``study``: the study, or its settings (a mapping)."""
+    With ``placement="central"`` every step is a global update (central DP-SGD, one local step per round), so
+    the rounds are ``T`` times those steps (``placement``, ``unit``: default the study's placement and
+    ``local_unit``). ``study``: the study, or its settings (a mapping)."""
     local, rounds = study["table3"][n]
     rate = min(1.0, study["batch"] * n / study["records"])
-    steps = local if study["local_unit"] == "iterations" else max(1, round(local / rate))
+    steps = local if (unit or study["local_unit"]) == "iterations" else max(1, round(local / rate))
+    if (placement or _setting(study, "placement", "local")) == "central":
+        rounds, steps = rounds * steps, 1
     records = math.ceil(study["records"] / n)
     mean = rate * records  # gradients in chunks of the sample's mean + 3 std: one pass in almost every step
     chunk = min(records, 8 * math.ceil((mean + 3 * math.sqrt(mean * (1 - rate))) / 8))
@@ -99,11 +114,16 @@ def _rate_stages(study: Study, private: bool = False) -> tuple:
 
 def _programs(regime: Regime):
     def programs(study: Study, panel: Panel, trial: Trial):
-        s = schedule(study, panel["owners"])
+        placement = study["placement"] if regime.private else "local"   # where there is noise to place
+        unit = _private_unit(study) if regime.private else study["local_unit"]
+        s = schedule(study, panel["owners"], placement, unit)
         k = _records_per_user(panel)
         static = (("local_steps", s["local_steps"]), ("rate", s["rate"]), ("chunk", s["chunk"]),
-                  ("expected_batch_size", s["expected_batch_size"]))
-        columns = {"table3_E": s["local"], "local_unit": study["local_unit"], "rounds": s["rounds"],
+                  ("expected_batch_size", s["expected_batch_size"])) + (
+            # named only when central: the stored parts of the local placement stay valid
+            (("placement", "central"), ("owners", panel["owners"])) if placement == "central" else ())
+        columns = {"table3_E": s["local"], "local_unit": unit, "placement": placement,
+                   "rounds": s["rounds"],
                    "sampling_rate": s["rate"], "local_steps": s["local_steps"], "private_layers":
                    regime.private_layers if isinstance(regime.private_layers, str) else ",".join(regime.private_layers)}
         if not regime.private:
@@ -123,11 +143,17 @@ def _programs(regime: Regime):
     return programs
 
 
+def _private_unit(study: Study | dict) -> str:
+    """How the DP regimes read Table 3's ``E``: ``private_local_unit`` when the study sets it (the central
+    variants: the non-DP regimes keep the base form's reading and its runs), else ``local_unit``."""
+    return _setting(study, "private_local_unit", None) or study["local_unit"]
+
+
 def _describe(regime: Regime):
     def describe(study: Study, panel, trial: Trial, program: Program, row: dict) -> dict:
         if not row["private"]:
             return {}
-        s = schedule(study, panel["owners"])
+        s = schedule(study, panel["owners"], unit=_private_unit(study))
         k = _records_per_user(panel)
         privacy = {"records_per_user": k}
         if k > 1:  # the run's record-level epsilon at delta', and the user-level (eps, delta) it gives
@@ -137,11 +163,22 @@ def _describe(regime: Regime):
             privacy.update({"user_level": "group privacy (Lemma 3.6 as printed)",
                             "record_level_target": [eps_r, delta_r], "record_level_epsilon": spent,
                             "user_level_epsilon": user[0], "user_level_delta": user[1]})
+        out = {}
         if regime.noise_on == "shared" and regime.at == "current":
             # The epsilon the paper's accounting gives this run (its calibration target); not a guarantee.
             privacy.update({"stated": False, "paper_accounting_epsilon": row["epsilon"],
                             "paper_accounting_steps": s["rounds"] * s["local_steps"]})
-        return {"privacy": privacy}
+        elif dict(program.static).get("placement") == "central":
+            # the aggregate's statement (one draw on the owners' sum) is the run's; each owner's own message at
+            # z / sqrt(n) is what the sweep's per-silo ledger gave
+            algorithm = _build(regime, dict(program.static), epsilon=row["epsilon"],
+                               learning_rate=row["learning_rate"], noise_multiplier=row["noise_multiplier"])
+            ledger = make_ledger(algorithm, np.asarray(trial.train.counts), "rdp", central=True)
+            out["epsilon_spent"] = ledger.record(s["rounds"]).epsilon(DELTA)
+            privacy.update({"statement": "central: the owners' noise shares sum to one draw on their sum (secure "
+                                         "aggregation, or one draw by a trusted aggregator)",
+                            "per_owner_epsilon": row["epsilon_spent"]})
+        return {**out, "privacy": privacy}
 
     return describe
 
@@ -170,19 +207,23 @@ def _chosen(errors: dict) -> float:
     return min(errors, key=lambda lr: (errors[lr], lr))
 
 
-def tuned_learning_rate(dataset: str, results_dir=None, study: str | None = None) -> float:
+def tuned_learning_rate(dataset: str, results_dir=None, study: str | None = None, placement: str = "local") -> float:
     """The learning rate a tuning study chose: the lowest mean validation error over its runs (read from
     its committed ``results.json``). ``study`` (default ``tuning-DATASET``: the no-DP regime over its
     panels) may name ``dp-learning-rate`` (the full-DP and joint-DP regimes at eps 1, over its panels
-    ``DP_RATE_CHOICE_PANELS``; MNIST, or its variant named by ``dataset``)."""
+    ``DP_RATE_CHOICE_PANELS``; MNIST, or its variant named by ``dataset``; with ``placement="central"`` its
+    central variant, over every panel it ran)."""
     name = study or f"tuning-{dataset}"
-    variant = dataset if study == "dp-learning-rate" and dataset != "mnist" else None
+    variant = None
+    if study == "dp-learning-rate":
+        parts = ([] if dataset == "mnist" else [dataset]) + (["central"] if placement == "central" else [])
+        variant = "-".join(parts) or None
     default = HOME / "results" / name / (variant or "")
     path = Path(results_dir or default) / "results.json"
     if not path.exists():
         command = f"jaxfl reproduce huang-jdp/{name}" + (f" --variant {variant}" if variant else "")
         raise ValueError(f"no tuning results at {path}: run `{command}` first")
-    panels = DP_RATE_CHOICE_PANELS if study == "dp-learning-rate" else None
+    panels = DP_RATE_CHOICE_PANELS if study == "dp-learning-rate" and placement == "local" else None
     errors = _validation_errors(json.loads(path.read_text())["runs"], panels)
     if not errors:
         raise ValueError(f"no runs of the panels {', '.join(panels or ())} in {path} to choose a learning rate from")
@@ -200,6 +241,21 @@ def _dp_tuned_variant(dataset: str) -> dict:
                        "note": f"the DP regimes at the learning rate chosen on their own validation accuracy "
                                f"({source}; that choice is not itself private), the others at the no-DP "
                                f"tuning's"}}
+
+
+def _central_variant(dataset: str, unit: str = "iterations") -> dict:
+    """The ``central`` (and ``central-epochs``) variants: Table 1 with the DP regimes' noise placed centrally
+    (every step a global update: one draw on the owners' sum), at the rate ``huang-jdp/dp-learning-rate``'s
+    central variant chose on validation data; per-silo and no-DP as in the base form."""
+    source = "huang-jdp/dp-learning-rate --variant " + ("" if dataset == "mnist" else f"{dataset}-") + "central"
+    return {"reuses_base_parts": True,
+            "settings": {"placement": "central", "private_local_unit": unit, "private_learning_rates":
+                         lambda: (tuned_learning_rate(dataset, study="dp-learning-rate", placement="central"),)},
+            "config": {"learning_rate_private": source,
+                       "note": f"central noise placement (one draw N(0, (z C)^2) on the owners' sum of clipped "
+                               f"gradients per global update; each step a global update), the DP regimes reading E "
+                               f"as local {unit} (per-silo and no-DP as in the base form) at the learning rate "
+                               f"{source} chose on validation accuracy (that choice is not itself private)"}}
 
 
 def _panels(ns) -> tuple:
@@ -245,14 +301,16 @@ def _table2_dp_tuned() -> dict:
 
 def _noise_row(static: dict, *, epsilon: float) -> dict:
     """One (n, reading of E) cell: the calibrated noise multiplier and the noise it puts on a coordinate of one
-    owner's noisy mean gradient (``z C / (q m)``) and of the mean over the ``n`` owners' (``/ sqrt(n)``)."""
+    owner's noisy mean gradient (``z C / (q m)``) and of the mean over the ``n`` owners' (``/ sqrt(n)``; placed
+    centrally, one draw on the mean: ``/ n``, the same ``z`` since central DP-SGD takes as many steps)."""
     n, unit = static["owners"], static["reading"]
     s = schedule({**SETTINGS, "local_unit": unit}, n)  # a settings mapping serves: schedule reads study[name]
     steps = s["rounds"] * s["local_steps"]
     z = noise_multiplier_for(epsilon, s["rate"], steps, DELTA)
     per_owner = z * CLIP / (s["rate"] * SETTINGS["records"] / n)
     return {"metrics": {"noise_multiplier": z, "noise_std_owner": per_owner, "noise_std_mean": per_owner / math.sqrt(n),
-                        "steps": steps}, "epsilon_spent": epsilon_for(z, s["rate"], steps, DELTA), "delta": DELTA,
+                        "noise_std_central": per_owner / n, "steps": steps},
+            "epsilon_spent": epsilon_for(z, s["rate"], steps, DELTA), "delta": DELTA,
             "seed": None, "owners": n, "sampling_rate": s["rate"], "local_steps": s["local_steps"],
             "rounds": s["rounds"]}
 

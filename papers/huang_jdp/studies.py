@@ -55,8 +55,8 @@ from papers.huang_jdp.data import _trial, evaluate
 from papers.huang_jdp.notes import _noise_columns, _report, _table1_notes, _tuning_report
 from papers.huang_jdp.paper import (BATCH, CLIP, DELTA, NOISE_LABELS, PAPER, SETTINGS, TABLE3, TUNING_QUICK_RATES,
                                     TUNING_RATES)
-from papers.huang_jdp.regimes import (REGIMES, _dp_tuned_variant, _families, _noise_programs, _noise_row, _panels,
-                                      _tuning_family, tuned_learning_rate)
+from papers.huang_jdp.regimes import (REGIMES, _central_variant, _dp_tuned_variant, _families, _noise_programs,
+                                      _noise_row, _panels, _tuning_family, tuned_learning_rate)
 
 
 EPOCHS_VARIANT = {"settings": {"local_unit": "epochs"},
@@ -64,7 +64,7 @@ EPOCHS_VARIANT = {"settings": {"local_unit": "epochs"},
 
 
 QUICK = {"trials": 1, "reps": 1, "panels": (Panel("n = 4", (("owners", 4),)), Panel("n = 16", (("owners", 16),))),
-         "settings": {"records": 1_000, "test_records": 500, "table3": {4: (1, 2), 16: (1, 2)},
+         "settings": {"records": 1_000, "test_records": 500, "table3": {n: (1, 2) for n in (4, 16, 64, 128)},
                       "learning_rates": (0.05,)},
          "config": {"note": "quick form: 1,000 records, one local step, two rounds, one run, learning rate fixed at "
                              "0.05"}}
@@ -98,13 +98,8 @@ def _table1(dataset: str) -> Study:
         config={"paper": PAPER, "delta": DELTA, "clip": CLIP, "batch": BATCH,
                 "learning_rate": "huang-jdp/tuning-" + dataset},
         quick=QUICK,
-        variants={"epochs": EPOCHS_VARIANT, "dp-tuned": _dp_tuned_variant(dataset)})
-
-
-
-
-
-
+        variants={"epochs": EPOCHS_VARIANT, "dp-tuned": _dp_tuned_variant(dataset),
+                  "central": _central_variant(dataset), "central-epochs": _central_variant(dataset, "epochs")})
 
 
 NOISE = register(Study(
@@ -120,13 +115,13 @@ NOISE = register(Study(
                          "min(1, 32 n / 10,000)"),
     config={"paper": PAPER, "clip": CLIP, "delta": DELTA, "batch": BATCH,
             "noise_std_owner": "z C / (q m): the noise on a coordinate of one owner's noisy mean gradient per step",
-            "noise_std_mean": "noise_std_owner / sqrt(n): on the mean of the n owners' (FedAvg of one-step deltas)"},
+            "noise_std_mean": "noise_std_owner / sqrt(n): on the mean of the n owners' (FedAvg of one-step deltas)",
+            "noise_std_central": "noise_std_owner / n: one central draw on the owners' mean (noise_placement="
+                                 "'central', each step a global update)"},
     quick={}))
 
 
 TUNING = {d: register(_tuning(d)) for d in ("mnist", "fashion-mnist")}
 TABLE_1 = {d: register(_table1(d)) for d in ("mnist", "fashion-mnist")}
-
-
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from jaxfl.accounting import increasing_samples, moments
 from jaxfl.algorithms import async_schedules as AS, async_timeline as AT
-from jaxfl.algorithms.async_dp import async_sgd
+from jaxfl.algorithms.async_dp import async_sgd, delayed_sgd
 from jaxfl.studies.spec import Family, Panel, Program, Study, Trial
 from papers.vandijk_async.data import _loss
 from papers.vandijk_async.paper import (BIASED, CONSTANT, CONSTANT_LABEL, CURVE_POINTS, DP, DP_STEPS, EXAMPLES,
@@ -44,8 +44,12 @@ def _timeline(spec: tuple, clients: int, seed: int, timing: tuple) -> AT.Timelin
 
 def _build(static: dict, *, epsilon, learning_rate, noise_multiplier=0.0, beta=0.0):
     del epsilon
-    timeline = _timeline(static["schedule"], static["clients"], static["timing_seed"], static["timing"])
     eta = AS.StepSize(static["step_kind"], learning_rate, beta, static["step_per"])
+    if static.get("form") == "delayed":       # the recursion at the protocol's largest delay, no timeline
+        return delayed_sgd(_loss(static["problem"], static["records"]), sizes_of(static["schedule"], static["clients"]),
+                           step_size=eta, lookahead=dict(static["timing"])["lookahead"],
+                           aggregation=static["aggregation"])
+    timeline = _timeline(static["schedule"], static["clients"], static["timing_seed"], static["timing"])
     return async_sgd(_loss(static["problem"], static["records"]), timeline, step_size=eta,
                      clip_norm=static["clip"], noise_multiplier=noise_multiplier, aggregation=static["aggregation"],
                      sampling=static.get("sampling", "replacement"), records=static.get("client_records"))
@@ -58,6 +62,7 @@ def _static(study, trial, problem, schedule, step_kind="constant", step_per="rou
             ("step_kind", step_kind), ("step_per", step_per), ("clip", clip),
             ("aggregation", study.settings.get("aggregation", "sum")),
             ("records", int(np.sum(np.asarray(trial.train.counts))))) + (
+        (("form", study["form"]),) if study.settings.get("form", "protocol") != "protocol" else ()) + (
         # the client's sampling, named only when not the paper's (the stated variant, whose rate s_i / N_c takes
         # the clients' record counts as public, fixed in advance: add/remove-one): earlier parts stay valid
         (("sampling", study["client_sampling"]),
@@ -68,11 +73,17 @@ def _static(study, trial, problem, schedule, step_kind="constant", step_per="rou
 
 def _slices(static) -> int:
     s = dict(static)
+    if s.get("form") == "delayed":             # one round of every client per engine round
+        return int(sizes_of(s["schedule"], s["clients"]).shape[0])
     return _timeline(s["schedule"], s["clients"], s["timing_seed"], s["timing"]).num_slices
 
 
 def _facts(static) -> dict:
     s = dict(static)
+    if s.get("form") == "delayed":
+        sizes = sizes_of(s["schedule"], s["clients"])
+        return {"rounds": int(sizes.shape[0]), "iterations": int(sizes.sum()),
+                "lookahead": int(dict(s["timing"])["lookahead"])}
     tl = _timeline(s["schedule"], s["clients"], s["timing_seed"], s["timing"])
     return {"rounds": int(tl.sizes.shape[0]), "slices": tl.num_slices, "iterations": int(tl.sizes.sum()),
             "max_lookahead": int(tl.lookahead.max()), "end_time": float(tl.boundaries[-1])}

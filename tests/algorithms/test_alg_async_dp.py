@@ -266,3 +266,41 @@ def test_poisson_variant_states_the_tight_epsilon_of_its_rounds(data):
     with pytest.raises(ValueError, match="per='rounds'"):
         AD.async_sgd(logistic, tl, step_size=AS.step_size("inverse", 0.1, 0.01, per="iterations"), clip_norm=1.0,
                      sampling="poisson")
+
+
+# ------------------------------------------------------------------------------------------------
+# delayed_sgd: the recursion at the protocol's largest delay
+
+
+@pytest.mark.parametrize("d", [0, 1, 2])
+def test_delayed_sgd_follows_the_delayed_recursion(data, d):
+    """With a record-free loss ``0.5 ||w - c||^2`` every gradient is ``w_hat - c``, so round ``i`` moves ``w`` by
+    ``eta B_i (w_hat_i - c)`` with ``w_hat_i`` the start of round ``max(i - d, 0)`` (oracle: the recursion in
+    NumPy)."""
+    c = np.array([1.0, -2.0, 0.5, 3.0, 0.0])
+    loss = lambda p, x, y: 0.5 * jnp.sum((p["w"] - c) ** 2) + 0.5 * p["b"] ** 2  # noqa: E731
+    eta = 0.01
+    algorithm = AD.delayed_sgd(loss, SIZES, step_size=AS.step_size("constant", eta), lookahead=d)
+    state = _run(algorithm, data, 4)
+    starts = [np.zeros(D)]
+    for i, b in enumerate(SIZES.sum(axis=1)):
+        starts.append(starts[-1] - eta * b * (starts[max(i - d, 0)] - c))
+    np.testing.assert_allclose(state.params["w"], starts[-1], rtol=1e-5)
+
+
+def test_delayed_sgd_with_one_step_a_round_is_sync_sgd(data):
+    """One step per client and round, no lookahead: every gradient is at the round's start, as in sync_sgd."""
+    sizes = np.ones((5, N), np.int64)
+    eta = AS.step_size("constant", 0.1)
+    delayed = _run(AD.delayed_sgd(logistic, sizes, step_size=eta, lookahead=0), data, 5)
+    sync = _run(AD.sync_sgd(logistic, sizes, step_size=eta), data, 5).params  # another program: XLA may round apart
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), delayed.params, sync)
+    assert not _equal(_run(AD.delayed_sgd(logistic, sizes, step_size=eta, lookahead=1), data, 5).params,
+                      delayed.params)
+
+
+def test_delayed_sgd_bad_input():
+    with pytest.raises(ValueError, match="lookahead"):
+        AD.delayed_sgd(logistic, SIZES, step_size=ETA, lookahead=-1)
+    with pytest.raises(ValueError, match="sizes"):
+        AD.delayed_sgd(logistic, np.zeros((2, 3)), step_size=ETA)

@@ -1,6 +1,7 @@
 """Personalised local heads: a silo's private part depends only on its own data (bitwise), noise touches
 only the shared part, per-silo evaluation of personalised models beats a shared model when silos'
 label maps differ, and privacy is stated before init."""
+import math
 from pathlib import Path
 
 import dp_accounting
@@ -10,10 +11,10 @@ import numpy as np
 import optax
 import pytest
 
-from jaxfl.algorithms import local_sgd, personalized
+from jaxfl.algorithms import local_sgd, minibatch_sgd, personalized
 from jaxfl.algorithms.personalized import partition, shared_labels
 from jaxfl.data.federated import FederatedData, from_silos
-from jaxfl.engine import initial_state, run_rounds, train
+from jaxfl.engine import initial_state, make_ledger, run_rounds, train
 from jaxfl.privacy import keys
 from jaxfl.privacy.noise import gaussian_like
 
@@ -297,3 +298,71 @@ def test_client_opt_mapping_gives_each_part_its_own_optimizer():
         for j in range(len(SIZES)):
             np.testing.assert_array_equal(s[j], h)
     assert not np.array_equal(split.params["body"]["w"], init_mlp()["body"]["w"])
+
+
+# ------------------------------------------------------------------------------------------------
+# noise_placement="central": shares of one draw
+
+
+def _sq_loss(p, x, y):
+    return 0.5 * jnp.sum((x - p["w"]) ** 2) + 0.5 * p["b"] ** 2
+
+
+def _zero_silos(n, records=10, dim=3):
+    return from_silos([(np.zeros((records, dim), np.float32), np.zeros(records, np.float32)) for _ in range(n)])
+
+
+def _update_std(placement, n, *, runs=400, owners=None):
+    """The std of one coordinate of the server's first update on zero records (clipped sums 0: noise only)."""
+    algorithm = personalized(_sq_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(1.0),
+                             local_steps=1, sampling_rate=0.5, expected_batch_size=5.0, clip_norm=2.0,
+                             noise_multiplier=1.5, noise_placement=placement,
+                             owners=(n if owners is None else owners) if placement == "central" else None)
+    data = _zero_silos(n)
+    params = {"w": jnp.zeros(3), "b": jnp.zeros(())}
+    step = jax.jit(lambda key: algorithm.round(initial_state(algorithm, params, n), data, key)[0].server.params["w"])
+    updates = np.stack([np.asarray(step(jax.random.key(k))) for k in range(runs)])
+    return updates.std()
+
+
+def test_central_noise_is_one_draw_on_the_sum():
+    """Oracle (closed form): each of n silos adds N(0, (zC)^2 / n) to its clipped sum over B = 5, and the server
+    averages: the update's std is z C / (n B) = 1.5 * 2 / (4 * 5) = 0.15; local noise gives sqrt(n) times that."""
+    n = 4
+    assert _update_std("central", n) == pytest.approx(1.5 * 2.0 / (n * 5.0), rel=0.08)
+    assert _update_std("local", n) == pytest.approx(1.5 * 2.0 / (math.sqrt(n) * 5.0), rel=0.08)
+
+
+def test_central_statements():
+    algorithm = personalized(_sq_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(1.0),
+                             local_steps=1, sampling_rate=0.5, expected_batch_size=5.0, clip_norm=2.0,
+                             noise_multiplier=1.5, noise_placement="central", owners=4)
+    statement = algorithm.privacy(np.array([10, 10, 12, 10, 0]))      # a padding silo holds no records
+    gaussian = dp_accounting.GaussianDpEvent
+    assert statement.events == (dp_accounting.PoissonSampledDpEvent(0.5, gaussian(0.75)),) * 4   # z / sqrt(4)
+    assert statement.central == dp_accounting.PoissonSampledDpEvent(0.5, gaussian(1.5))
+    ledger = make_ledger(algorithm, [10] * 4, central=True).record(10)
+    poisson = make_ledger(minibatch_sgd(_sq_loss, server_opt=optax.sgd(1.0), sampling_rate=0.5,
+                                        expected_batch_size=5.0, clip_norm=2.0, noise_multiplier=1.5), [10]).record(10)
+    assert ledger.epsilon(1e-5) == pytest.approx(poisson.epsilon(1e-5))        # central DP-SGD's epsilon
+    assert make_ledger(algorithm, [10] * 4).record(10).epsilon(1e-5) > 2 * ledger.epsilon(1e-5)
+    several = personalized(_sq_loss, shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(1.0),
+                           local_steps=3, sampling_rate=0.5, expected_batch_size=5.0, clip_norm=2.0,
+                           noise_multiplier=1.5, noise_placement="central", owners=4)
+    assert several.privacy([10] * 4).central is None and make_ledger(several, [10] * 4, central=True) is None
+    with pytest.raises(ValueError, match="owners=4.*3 hold records"):
+        algorithm.privacy([10, 10, 10])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"noise_placement": "central"}, "owners"),
+    ({"noise_placement": "central", "owners": 4, "participation": 2}, "every owner"),
+    ({"noise_placement": "central", "owners": 4, "noise_multiplier": [1.0, 1.0, 1.0, 1.0]}, "one number"),
+    ({"owners": 4}, "owners=4 sets the noise shares"),
+    ({"noise_placement": "everywhere"}, "noise_placement"),
+])
+def test_central_bad_input(kwargs, match):
+    base = dict(shared={"w": "shared", "b": "private"}, client_opt=optax.sgd(1.0), local_steps=1, sampling_rate=0.5,
+                expected_batch_size=5.0, clip_norm=2.0, noise_multiplier=1.5)
+    with pytest.raises(ValueError, match=match):
+        personalized(_sq_loss, **{**base, **kwargs})

@@ -25,6 +25,7 @@ HONEST = [
     pytest.param("local_sgd", 1.083, id="local_sgd", marks=pytest.mark.slow),
     pytest.param("personalized", 0.807, id="personalized", marks=pytest.mark.slow),
     pytest.param("personalized_joint", 0.807, id="personalized_joint", marks=pytest.mark.slow),
+    pytest.param("personalized_central", 0.807, id="personalized_central", marks=pytest.mark.slow),        # 0.226
     pytest.param("noisy_minibatch_sgd", 3.027, id="noisy_minibatch_sgd", marks=pytest.mark.slow),  # closed forms
     pytest.param("noisy_minibatch_sgd_pld", 1.971, id="noisy_minibatch_sgd_pld", marks=pytest.mark.slow),  # 0.318
     pytest.param("noisy_prox_gd", 4.497, id="noisy_prox_gd", marks=pytest.mark.slow),                      # 2.661
@@ -48,6 +49,7 @@ SABOTAGED = [
     pytest.param("noise_halved", 1.2, id="noise_halved", marks=pytest.mark.slow),                    # 1.40 (canary)
     pytest.param("noise_key_reused", 4.0, id="noise_key_reused", marks=pytest.mark.slow),            # 6.62 (gap)
     pytest.param("dp_fedavg_noise_halved", 1.2, id="dp_fedavg_noise_halved", marks=pytest.mark.slow),  # 1.53
+    pytest.param("central_shares_too_small", 1.2, id="central_shares_too_small", marks=pytest.mark.slow),    # 1.55
     pytest.param("noisy_minibatch_sgd_clipping_off", 4.0, id="noisy_minibatch_sgd_clipping_off",
                  marks=pytest.mark.slow),                                                          # 6.19 (canary)
     pytest.param("noisy_minibatch_sgd_pld_noise_reduced", 2.2, id="noisy_minibatch_sgd_pld_noise_reduced",
@@ -86,6 +88,9 @@ def test_the_canary_games_are_neighbours_under_their_relation():
     replace = audit.canary_game(dim=8, background=3, relation="replace_one")
     assert np.asarray(replace.outside.counts).tolist() == [4]
     np.testing.assert_array_equal(replace.outside.x[0, 3], -replace.inside.x[0, 3])
+    central = audit.canary_game(dim=8, background=3, silos=3)
+    assert np.asarray(central.inside.counts).tolist() == [4, 3, 3]
+    assert np.asarray(central.outside.counts).tolist() == [3, 3, 3]
     client = audit.canary_game(level="client", dim=8, background=3)
     assert np.asarray(client.inside.counts).tolist() == [1, 1, 1, 1]
     assert np.asarray(client.outside.counts).tolist() == [1, 1, 1, 0]
