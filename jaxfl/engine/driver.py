@@ -136,10 +136,11 @@ def make_ledger(algorithm: FederatedAlgorithm, counts, accountant: str = "rdp", 
 
     The ledger's accountants are built for the statement's neighbouring relation (``RoundPrivacy.relation``);
     an accountant that does not support it is refused with a ``ValueError`` naming both (e.g. ``"lowy"``
-    for an add/remove-one statement). ``central=True``: the ledger of the shuffled (central) guarantee of a
-    shuffle-model algorithm (``RoundPrivacy.central``; accountant ``"shuffle"``), None if the algorithm
-    states none. Needs no ``init``: an algorithm's privacy statement exists as soon as it is built.
-    ``accountant_kw`` go to the accountant's constructor (e.g. ``value_discretization_interval=`` for ``"pld"``).
+    for an add/remove-one statement). ``central=True``: the ledger of the algorithm's central guarantee
+    (``RoundPrivacy.central``: a shuffle-model algorithm's shuffled transcript, accountant ``"shuffle"``, or
+    central noise placement's aggregate), None if the algorithm states none. Needs no ``init``: an algorithm's
+    privacy statement exists as soon as it is built. ``accountant_kw`` go to the accountant's constructor (e.g.
+    ``value_discretization_interval=`` for ``"pld"``).
 
     Example:
       >>> import optax

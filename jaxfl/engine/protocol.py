@@ -30,8 +30,10 @@ class RoundPrivacy(NamedTuple):
       composition: ``"sequential"`` (rounds compose) or ``"parallel"`` (rounds touch disjoint records,
         so the run costs one round; one-pass algorithms).
       round_limit: the most rounds the statement covers (one-pass: ``floor(n / K)``), or None.
-      central: for shuffle-model algorithms, the one event describing what the *shuffled* transcript of a
-        round reveals about any record of the union of the silos (central DP; Lowy & Razaviyayn §5), or None.
+      central: the one event describing what a round's *aggregate* reveals about any record of the union of the
+        silos (central DP), or None: the shuffled transcript of shuffle-model algorithms (Lowy & Razaviyayn §5), or
+        the sum of the silos' noise shares under central noise placement
+        (:func:`jaxfl.algorithms.personalized`, ``noise_placement="central"``).
 
     Example:
       >>> import numpy as np, optax, jaxfl
