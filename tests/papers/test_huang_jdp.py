@@ -71,6 +71,25 @@ def test_table1_quick_form_reports_every_regime(quick_results):
     assert "Table 1 layout" in summary and "0.9445 ± 0.0069" in summary
 
 
+@pytest.mark.study
+def test_table1_central_variant_states_the_aggregate_and_reads_e_for_the_dp_regimes_only(tmp_path):
+    """``central-epochs`` at n = 4: the DP regimes run one local step per round over T round(E / q) rounds and spend
+    eps 1 by the central statement (each owner's own messages far more); per-silo and no-DP keep the base form's
+    schedule; the paper's joint DP states nothing."""
+    from jaxfl.studies import runner
+
+    form = H.TABLE_1["mnist"].form_of(quick=True, variant="central-epochs", panels=["n = 4"])
+    rows = {r["algorithm"]: r for r in runner.run(form, tmp_path, lambda line: None).rows}
+    s = HR.schedule(form, 4, "central", "epochs")
+    for name in (HP.FULL, HP.STATED):
+        row = rows[name]
+        assert (row["local_steps"], row["rounds"], row["placement"]) == (1, s["rounds"], "central")
+        assert 0.99 <= row["epsilon_spent"] <= 1.0 + 1e-9 and row["privacy"]["per_owner_epsilon"] > 1.5
+    assert rows[HP.JOINT]["epsilon_spent"] == math.inf and rows[HP.JOINT]["privacy"]["stated"] is False
+    base = HR.schedule(form, 4, "local", "iterations")
+    assert (rows[HP.NO_DP]["local_steps"], rows[HP.NO_DP]["rounds"]) == (base["local_steps"], base["rounds"])
+
+
 @pytest.mark.slow
 def test_tuning_quick_form_picks_the_lowest_validation_error(quick_results):
     out, doc = quick_results["huang-jdp/tuning-mnist"]
