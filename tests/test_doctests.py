@@ -24,7 +24,8 @@ MODULES = _modules_with_examples()
 
 #: Modules whose examples read the bundled data files (``../shared/data`` or ``$JAXFL_DATA_DIR``): skipped, as the
 #: data tests are, on a machine without them.
-NEEDS_DATA = {"jaxfl.data.loaders": "mnist/t10k-images-idx3-ubyte.gz"}
+NEEDS_DATA = {"jaxfl.data.loaders": "mnist/t10k-images-idx3-ubyte.gz",
+              "jaxfl.data.sources": "mnist/t10k-labels-idx1-ubyte.gz"}
 
 
 def test_some_modules_have_examples():

@@ -77,7 +77,17 @@ class _AccountParser(argparse.ArgumentParser):
 
 def add_account_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Registers ``account`` on an ``argparse`` subparsers object; returns the new parser. The parser's
-    defaults hold ``func=run_account``."""
+    defaults hold ``func=run_account``, so a tool of your own gains ``jaxfl account`` as a subcommand.
+
+    Example:
+      >>> import argparse
+      >>> parser = argparse.ArgumentParser(prog="mytool")
+      >>> _ = add_account_parser(parser.add_subparsers())
+      >>> args = parser.parse_args(["account", "--noise-multiplier", "1.1", "--sampling-rate", "0.01",
+      ...                           "--steps", "1000", "--delta", "1e-5"])
+      >>> args.func is run_account
+      True
+    """
     parser = subparsers.add_parser(
         "account",
         help="privacy accounting: (Poisson-subsampled) Gaussian mechanism, or DP-REC",
@@ -130,6 +140,15 @@ def run_account(args: argparse.Namespace) -> int:
 
     Raises ``ValueError`` (message naming the flag and the bad value) on bad input, a missing flag, or a
     flag of the other mode.
+
+    Example (epsilon of 1,000 steps at noise multiplier 1.1, sampling rate 0.01, delta 1e-5, by RDP):
+      >>> import argparse
+      >>> parser = argparse.ArgumentParser(prog="mytool")
+      >>> _ = add_account_parser(parser.add_subparsers())
+      >>> run_account(parser.parse_args(["account", "--noise-multiplier", "1.1", "--sampling-rate", "0.01",
+      ...                                "--steps", "1000", "--delta", "1e-5"]))
+      1.71177...
+      0
     """
     name = args.accountant
     if name not in available_accountants():

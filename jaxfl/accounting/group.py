@@ -46,6 +46,13 @@ def group_privacy(epsilon: float, delta: float, group_size: int, bound: str = "c
       ``k e^{(k-1) eps} delta``, the Dwork & Roth form);
     * ``bound="paper"``: Huang et al.'s Lemma 3.6 as printed, ``delta' = k e^{k eps} delta`` (looser: not the
       identity at ``k = 1``).
+
+    Example:
+      >>> epsilon, delta = group_privacy(1.0, 1e-5, 2)            # delta (1 + e)
+      >>> epsilon, round(delta, 10)
+      (2.0, 3.71828e-05)
+      >>> group_privacy(1.0, 1e-5, 1) == group_privacy(1.0, 1e-5, 1, bound="chain") == (1.0, 1e-5)
+      True
     """
     epsilon = checks.epsilon("epsilon", epsilon, allow_zero=True)
     delta = checks.delta("delta", delta, scalar=True, allow_zero=True)
@@ -60,7 +67,13 @@ def record_level_target(epsilon: float, delta: float, records_per_user: int, bou
     """The record-level ``(eps / k, delta')`` whose :func:`group_privacy` (same ``bound``) at
     ``k = records_per_user`` is exactly the user-level ``(eps, delta)``: ``delta' = delta / sum_{i<k}
     e^{i eps / k}`` (``"chain"``), or Huang et al. §3.1.2's ``delta' = delta / (k e^eps)`` (``"paper"``: its
-    ``O(delta r / m)`` made exact)."""
+    ``O(delta r / m)`` made exact).
+
+    Example (user-level (2, 1e-5) for users of 4 records, reached by group privacy from record level):
+      >>> epsilon, delta = record_level_target(2.0, 1e-5, 4)
+      >>> epsilon, group_privacy(epsilon, delta, 4)
+      (0.5, (2.0, 1e-05))
+    """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, scalar=True)
     k = checks.positive_int("records_per_user", records_per_user)
@@ -72,7 +85,12 @@ def record_level_target(epsilon: float, delta: float, records_per_user: int, bou
 def grouped_gaussian(noise_multiplier: float, group_size: int) -> dp_accounting.GaussianDpEvent:
     """The Gaussian event of a clipped sum when one neighbour changes ``group_size`` summands: sensitivity
     ``k C`` at noise ``z C`` is the event ``GaussianDpEvent(z / k)``. Exact (no conversion loss), but only
-    for the unsampled Gaussian; sampled mechanisms need per-user sampling (:func:`user_level_noise`)."""
+    for the unsampled Gaussian; sampled mechanisms need per-user sampling (:func:`user_level_noise`).
+
+    Example:
+      >>> grouped_gaussian(2.0, 4)
+      GaussianDpEvent(noise_multiplier=0.5)
+    """
     z = checks.positive_float("noise_multiplier", noise_multiplier)
     return dp_accounting.GaussianDpEvent(z / checks.positive_int("group_size", group_size))
 
@@ -89,6 +107,8 @@ class UserLevelNoise(NamedTuple):
       record_level: the ``(eps', delta')`` of the group-privacy run.
       records_per_user: ``k``. A user's signal is up to ``k C`` in the record run and ``C`` in the per-user
         run, so compare ``group / k`` (noise per unit of signal) with ``per_user``.
+
+    Example: :func:`user_level_noise`.
     """
 
     group: float
@@ -103,7 +123,15 @@ def user_level_noise(epsilon: float, delta: float, *, records_per_user: int, sam
     """Calibrates a DP-SGD run of ``steps`` Poisson-sampled steps to user-level (eps, delta) for users of
     ``k = records_per_user`` records: by group privacy from record level (records sampled at
     ``sampling_rate``) and by per-user sampling (users sampled at the same rate, one clipped gradient
-    each). ``bound``: the group-privacy form (:func:`group_privacy`)."""
+    each). ``bound``: the group-privacy form (:func:`group_privacy`).
+
+    Example (1,000 steps at rate 0.01, users of 4 records, user-level (2, 1e-5), by RDP):
+      >>> noise = user_level_noise(2.0, 1e-5, records_per_user=4, sampling_rate=0.01, steps=1000)
+      >>> round(noise.group, 2), round(noise.per_user, 2), noise.record_level[0]
+      (2.9, 1.02, 0.5)
+      >>> noise.group / noise.records_per_user < noise.per_user     # per unit of a user's signal, groups win here
+      True
+    """
     k = checks.positive_int("records_per_user", records_per_user)
     rate = checks.sampling_rate("sampling_rate", sampling_rate)
     steps = checks.positive_int("steps", steps)

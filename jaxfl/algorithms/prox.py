@@ -47,6 +47,12 @@ class Prox:
     exactness rules (``"identity"``, ``"l1"``, ``"l2_squared"``, ``"elastic_net"``, ``"l2_ball"``,
     ``"box"``, or ``"<separable>+<indicator>"`` for a chained terminal prox). Instances are hashable
     (by identity), so they can be static arguments of ``jit``.
+
+    Example (a prox of one's own: ``f1 = lambda ||w||_inf`` would need its own rule; here a scaled identity):
+      >>> import jax.numpy as jnp
+      >>> half = Prox(lambda params, eta: {"w": params["w"] / 2}, lambda params: jnp.zeros(()), "half")
+      >>> half({"w": jnp.array([2.0, -4.0])}, 0.1)["w"].tolist(), half.kind
+      ([1.0, -2.0], 'custom')
     """
 
     apply: Callable[[PyTree, Any], PyTree]
@@ -99,12 +105,25 @@ def _soft_threshold(x, threshold):
 
 
 def identity() -> Prox:
-    """``f1 = 0``: the prox is the identity (Lowy et al.'s experiments; plain gradient steps)."""
+    """``f1 = 0``: the prox is the identity (Lowy et al.'s experiments; plain gradient steps).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> identity()(jnp.array([1.0, -2.0]), 0.5).tolist(), float(identity().penalty(jnp.ones(3)))
+      ([1.0, -2.0], 0.0)
+    """
     return Prox(lambda params, eta: params, lambda params: jnp.zeros(()), "identity", "identity")
 
 
 def l1(strength) -> Prox:
-    """``f1 = lambda ||w||_1``: soft-thresholding ``sign(z) max(|z| - eta lambda, 0)`` per coordinate."""
+    """``f1 = lambda ||w||_1``: soft-thresholding ``sign(z) max(|z| - eta lambda, 0)`` per coordinate.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> p = l1(0.5)
+      >>> p(jnp.array([1.0, -0.2, -3.0]), 1.0).tolist(), float(p.penalty(jnp.array([1.0, -3.0])))   # eta 1
+      ([0.5, -0.0, -2.5], 2.0)
+    """
     lam = _nonneg(strength, "strength")
 
     def apply(params, eta):
@@ -114,7 +133,13 @@ def l1(strength) -> Prox:
 
 
 def l2_squared(strength) -> Prox:
-    """``f1 = (lambda/2) ||w||^2``: the prox is ``z / (1 + eta lambda)``."""
+    """``f1 = (lambda/2) ||w||^2``: the prox is ``z / (1 + eta lambda)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> l2_squared(1.0)(jnp.array([2.0, -4.0]), 1.0).tolist()           # z / 2
+      [1.0, -2.0]
+    """
     lam = _nonneg(strength, "strength")
 
     def apply(params, eta):
@@ -125,7 +150,13 @@ def l2_squared(strength) -> Prox:
 
 def elastic_net(l1_strength, l2_strength) -> Prox:
     """``f1 = lambda1 ||w||_1 + (lambda2/2) ||w||^2``: soft-threshold by ``eta lambda1``, then divide by
-    ``1 + eta lambda2``."""
+    ``1 + eta lambda2``.
+
+    Example (equal to soft-thresholding then shrinking, i.e. ``chain(l1(a), l2_squared(b))``):
+      >>> import jax.numpy as jnp
+      >>> elastic_net(0.5, 1.0)(jnp.array([1.5, -0.25]), 1.0).tolist()    # soft-threshold by 0.5, then / 2
+      [0.5, -0.0]
+    """
     lam1 = _nonneg(l1_strength, "l1_strength")
     lam2 = _nonneg(l2_strength, "l2_strength")
 
@@ -141,7 +172,14 @@ def elastic_net(l1_strength, l2_strength) -> Prox:
 def l2_ball(radius) -> Prox:
     """``f1 = iota_{||w|| <= radius}`` with the *global* l2 norm over the whole pytree: the prox is the
     projection ``w min(1, radius / ||w||)`` (the step size is ignored). ``penalty`` is ``0`` inside the
-    ball (with a relative slack of 1e-5 for rounding) and ``inf`` outside."""
+    ball (with a relative slack of 1e-5 for rounding) and ``inf`` outside.
+
+    Example (the norm is global over the pytree's leaves):
+      >>> import jax.numpy as jnp
+      >>> out = l2_ball(1.0)({"a": jnp.array([3.0]), "b": jnp.array([4.0])}, 0.1)      # norm 5 -> 1
+      >>> [round(float(v[0]), 6) for v in (out["a"], out["b"])], float(l2_ball(1.0).penalty(jnp.array([3.0])))
+      ([0.6, 0.8], inf)
+    """
     r = _nonneg(radius, "radius")
 
     def apply(params, eta):
@@ -170,7 +208,17 @@ def _bounds_like(bound, params):
 def box(lower, upper) -> Prox:
     """``f1 = iota_{lower <= w <= upper}`` (coordinatewise): the prox is ``clip(z, lower, upper)`` (the
     step size is ignored). ``lower``/``upper`` are scalars, arrays broadcastable to every leaf, or pytrees
-    matching the parameters; ``-inf``/``inf`` leave a side open."""
+    matching the parameters; ``-inf``/``inf`` leave a side open.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> box(0.0, jnp.inf)(jnp.array([-1.0, 2.0]), 0.1).tolist()        # the nonnegative orthant
+      [0.0, 2.0]
+      >>> box(1.0, 0.0)
+      Traceback (most recent call last):
+      ...
+      ValueError: box needs lower <= upper everywhere, got lower=1.0, upper=0.0
+    """
     try:
         bad = any(bool(jnp.any(jnp.asarray(lo) > jnp.asarray(hi)))
                   for lo, hi in zip(jax.tree.leaves(lower), jax.tree.leaves(upper)))
@@ -229,6 +277,16 @@ def chain(*proxes: Prox) -> Prox:
 
     Indicators end a chain (ball-then-box and box-then-ball are projections onto an intersection, not
     exact); ``l2_squared`` before ``l1`` is not exact either.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> sparse_in_ball = chain(l1(0.1), l2_ball(1.0))
+      >>> sparse_in_ball.kind, [round(float(v), 4) for v in sparse_in_ball(jnp.array([3.1, 4.1, 0.05]), 1.0)]
+      ('l1+l2_ball', [0.6, 0.8, 0.0])
+      >>> chain(l2_ball(1.0), l1(0.1))
+      Traceback (most recent call last):
+      ...
+      ValueError: chain: applying l1(0.1) after 'l2_ball' is not the prox of the sum of the penalties; ...
     """
     if not proxes:
         return identity()
@@ -260,6 +318,8 @@ def chain(*proxes: Prox) -> Prox:
 
 
 class ProximalState(NamedTuple):
+    """:func:`proximal`'s state: the wrapped optimizer's (``inner``) and the update count (for a schedule)."""
+
     inner: optax.OptState
     count: jax.Array
 
@@ -273,6 +333,14 @@ def proximal(optimizer: optax.GradientTransformation, prox: Prox, step_size: Ste
     ``proximal(optax.sgd(eta), prox, eta)`` is the proximal gradient step ``prox_{eta f1}(w - eta g)``.
     ``step_size`` is a number or an optax schedule ``count -> step`` (evaluated at the update count, like
     ``optax.sgd``'s schedule). ``update`` needs ``params``.
+
+    Example (one proximal gradient step with an l1 penalty):
+      >>> import jax.numpy as jnp
+      >>> opt = proximal(optax.sgd(0.5), l1(0.2), 0.5)
+      >>> params, grads = jnp.array([1.0, 0.1]), jnp.array([1.0, 0.0])
+      >>> updates, _ = opt.update(grads, opt.init(params), params)
+      >>> [round(float(v), 6) for v in optax.apply_updates(params, updates)]   # soft([0.5, 0.1], 0.5 * 0.2)
+      [0.4, 0.0]
     """
     schedule = step_size if callable(step_size) else None
 
@@ -295,13 +363,27 @@ def gradient_mapping(grad_f0: PyTree, params: PyTree, prox: Prox, eta) -> PyTree
     """The proximal gradient mapping (Lowy et al. §2, the non-convex stationarity measure)
     ``G_eta(w) = (w - prox_{eta f1}(w - eta grad_f0(w))) / eta``, as a pytree like ``params``.
     Equals ``grad_f0`` when ``f1 = 0``. Pass the full-batch gradient of ``F_hat^0`` for the paper's ERM
-    measure."""
+    measure.
+
+    Example (with ``f1 = 0`` the mapping is the gradient; at a point the l1 prox keeps fixed it is 0):
+      >>> import jax.numpy as jnp
+      >>> round(float(gradient_mapping(jnp.array([0.3]), jnp.array([1.0]), identity(), 0.1)[0]), 5)
+      0.3
+      >>> gradient_mapping(jnp.array([0.05]), jnp.array([0.0]), l1(0.1), 1.0).tolist()     # |g| < lambda at 0
+      [0.0]
+    """
     stepped = jax.tree.map(lambda w, g: w - eta * g, params, grad_f0)
     return jax.tree.map(lambda w, p: (w - p) / eta, params, prox(stepped, eta))
 
 
 def gradient_mapping_sq_norm(grad_f0: PyTree, params: PyTree, prox: Prox, eta) -> jax.Array:
-    """``||G_eta(w)||^2`` (global squared l2 norm over the pytree): the quantity Theorems 3.1/3.2 bound."""
+    """``||G_eta(w)||^2`` (global squared l2 norm over the pytree): the quantity Theorems 3.1/3.2 bound.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(gradient_mapping_sq_norm({"w": jnp.array([3.0, 4.0])}, {"w": jnp.zeros(2)}, identity(), 0.1))
+      25.0
+    """
     return _sq_norm(gradient_mapping(grad_f0, params, prox, eta))
 
 

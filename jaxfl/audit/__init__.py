@@ -52,7 +52,13 @@ share their noise; only with ``rounds >= 2``)."""
 
 
 def linear_loss(params, x, y):
-    """``-<w, x>``: a per-record loss whose gradient is ``-x`` wherever the model is (the canary game's loss)."""
+    """``-<w, x>``: a per-record loss whose gradient is ``-x`` wherever the model is (the canary game's loss).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> jax.grad(linear_loss)({"w": jnp.zeros(3)}, jnp.array([1.0, 2.0, 3.0]), 0.0)["w"].tolist()
+      [-1.0, -2.0, -3.0]
+    """
     del y
     return -jnp.vdot(params["w"], x)
 
@@ -95,6 +101,15 @@ def canary_game(*, level: str = "record", relation=ADD_OR_REMOVE_ONE, dim: int =
 
     Removing the canary leaves its row as padding (``count`` one less, or the canary client with ``count = 0``),
     so both datasets have the same shapes and one compiled program serves both.
+
+    Example:
+      >>> game = canary_game(dim=8)                           # one silo: four zero records, then the canary
+      >>> game.inside.counts.tolist(), game.outside.counts.tolist(), float(game.inside.x[0, 4, 0])
+      ([5], [4], 100.0)
+      >>> canary_game(level="client", dim=8).inside.counts.tolist()       # five clients of one record
+      [1, 1, 1, 1, 1]
+      >>> canary_game(relation="replace_one", dim=8).outside.counts.tolist()   # the canary flipped, not removed
+      [5]
     """
     checks.one_of("level", level, ("record", "client"))
     relation = as_relation(relation)
@@ -136,7 +151,17 @@ def releases(algorithm: FederatedAlgorithm, data: FederatedData, params, *, runs
              batch: int = 2048) -> np.ndarray:
     """``float32[runs, rounds, d]``: what each of ``rounds`` rounds releases (the change of the flattened shared
     model), for ``runs`` independent runs from ``params``, run ``r`` with the root key ``fold_in(key, r)``.
-    The rounds are the algorithm's own, compiled once and vmapped over ``batch`` runs at a time."""
+    The rounds are the algorithm's own, compiled once and vmapped over ``batch`` runs at a time.
+
+    Example (plain full-batch gradient descent on the game: every run releases the clipped canary's step):
+      >>> import optax
+      >>> from jaxfl.algorithms import minibatch_sgd
+      >>> game = canary_game(dim=8)
+      >>> gd = minibatch_sgd(linear_loss, server_opt=optax.sgd(1.0), sampling_rate=1.0, clip_norm=1.0)
+      >>> out = releases(gd, game.inside, game.params, runs=3, rounds=2)
+      >>> out.shape, [round(float(v), 3) for v in out[0, :, 0]]        # mean of the 5 clipped gradients: 1/5
+      ((3, 2, 8), [0.2, 0.2])
+    """
     runs, rounds = checks.positive_int("runs", runs), checks.positive_int("rounds", rounds)
     length = schedule_length(algorithm)
     if length is not None and length < rounds:
@@ -166,13 +191,26 @@ def releases(algorithm: FederatedAlgorithm, data: FederatedData, params, *, runs
 
 
 def flat(tree) -> jax.Array:
-    """A pytree's leaves raveled and concatenated in ``tree_leaves`` order (the coordinates of a release)."""
+    """A pytree's leaves raveled and concatenated in ``tree_leaves`` order (the coordinates of a release).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> flat({"b": jnp.array([3.0]), "a": jnp.ones((2, 1))}).tolist()      # keys in sorted order: a, then b
+      [1.0, 1.0, 3.0]
+    """
     return jnp.concatenate([jnp.ravel(a) for a in jax.tree_util.tree_leaves(tree)])
 
 
 def scores(transcripts: np.ndarray, direction) -> dict:
     """The :data:`STATISTICS` of each transcript (``[runs, rounds, d]`` -> ``{name: float64[runs]}``);
-    ``direction``: the canary's, a pytree like the model (or its flat vector)."""
+    ``direction``: the canary's, a pytree like the model (or its flat vector).
+
+    Example:
+      >>> import numpy as np
+      >>> transcripts = np.array([[[1.0, 0.0], [1.0, 0.0]], [[0.0, 2.0], [0.0, 1.0]]])   # 2 runs, 2 rounds, d = 2
+      >>> {name: values.tolist() for name, values in scores(transcripts, np.array([1.0, 0.0])).items()}
+      {'canary': [2.0, 0.0], 'norm': [2.0, 5.0], 'gap': [0.0, 1.0]}
+    """
     t = np.asarray(transcripts, np.float64)
     direction = np.asarray(flat(direction), np.float64)
     out = {"canary": np.einsum("nrd,d->n", t, direction),
@@ -202,6 +240,8 @@ class AuditResult:
       statistic: the statistic that gave ``epsilon_lower_bound``.
       relation: the neighbouring relation of the claim and of the game (lower-case name).
       runs, rounds: runs per dataset, rounds per run.
+
+    Example: :func:`audit`.
     """
 
     name: str
@@ -220,6 +260,7 @@ class AuditResult:
         return "violated" if self.epsilon_lower_bound > self.claimed_epsilon else "holds"
 
     def as_dict(self) -> dict:
+        """The fields and the verdict, as ``jaxfl audit --json`` prints them."""
         return {**dataclasses.asdict(self), "verdict": self.verdict}
 
 
@@ -228,7 +269,20 @@ def claimed_epsilon(algorithm: FederatedAlgorithm, game: CanaryGame, *, rounds: 
     """The epsilon the algorithm's ledger certifies for ``rounds`` rounds on the game's larger dataset, for the
     canary's silo (record level) or for any client (client level); ``inf`` for an algorithm that states no
     privacy. ``central``: the algorithm's central statement (``RoundPrivacy.central``: the aggregate over the
-    game's silos). Refuses a statement made for another relation than the game's."""
+    game's silos). Refuses a statement made for another relation than the game's.
+
+    Example (one round of Poisson-sampled DP-SGD, rate 0.3, noise multiplier 1.5, by the PLD accountant):
+      >>> import optax
+      >>> from jaxfl.algorithms import minibatch_sgd
+      >>> dp = minibatch_sgd(linear_loss, server_opt=optax.sgd(1.0), sampling_rate=0.3, clip_norm=1.0,
+      ...                    noise_multiplier=1.5, expected_batch_size=1.5)
+      >>> round(claimed_epsilon(dp, canary_game(dim=8), rounds=1, delta=1e-3, accountant="pld"), 2)
+      0.81
+      >>> claimed_epsilon(dp, canary_game(relation="replace_one", dim=8), rounds=1, delta=1e-3)
+      Traceback (most recent call last):
+      ...
+      ValueError: the algorithm states add_or_remove_one privacy; audit it with a canary game of that relation, ...
+    """
     ledger = make_ledger(algorithm, np.asarray(game.inside.counts), accountant, central=central)
     if ledger is None:
         return math.inf
@@ -249,7 +303,16 @@ def lower_bound(inside: dict, outside: dict, *, delta: float, significance: floa
     is chosen on a random half of the runs and the two-sided Clopper-Pearson bound computed on the other half
     (jax-privacy's ``CanaryScoreAuditor.epsilon_clopper_pearson`` with ``Split``), at confidence
     ``1 - significance / (2 * number of statistics)``, so every bound returned holds at once with probability
-    at least ``1 - significance``."""
+    at least ``1 - significance``.
+
+    Example (scores that separate perfectly give a large bound; identical ones give none):
+      >>> import numpy as np
+      >>> inside, outside = {"canary": np.full(2000, 1.0)}, {"canary": np.full(2000, -1.0)}
+      >>> lower_bound(inside, outside, delta=1e-5)["canary"] > 5
+      True
+      >>> lower_bound(inside, inside, delta=1e-5)["canary"]
+      0.0
+    """
     from jax_privacy import auditing
 
     per = significance / (2 * len(inside))
@@ -268,7 +331,21 @@ def audit(algorithm: FederatedAlgorithm, game: CanaryGame, *, runs: int = 20_000
     both), the :data:`STATISTICS` of their releases, and the lower bound of :func:`lower_bound` against the
     epsilon the algorithm's ledger claims (:func:`claimed_epsilon`, its central statement with ``central``;
     ``claim``: another algorithm's statement to hold this one to, e.g. the honest algorithm's for a sabotaged
-    variant)."""
+    variant).
+
+    Example (the honest mechanism holds; with a fifth of its noise it is caught against the honest claim):
+      >>> import optax
+      >>> from jaxfl.algorithms import minibatch_sgd
+      >>> def dp(z):
+      ...     return minibatch_sgd(linear_loss, server_opt=optax.sgd(1.0), sampling_rate=0.3, clip_norm=1.0,
+      ...                          noise_multiplier=z, expected_batch_size=1.5)
+      >>> game = canary_game(dim=8)
+      >>> honest = audit(dp(1.5), game, runs=2000, delta=1e-3, accountant="pld")
+      >>> honest.verdict, round(honest.claimed_epsilon, 2)
+      ('holds', 0.81)
+      >>> audit(dp(0.3), game, runs=2000, delta=1e-3, accountant="pld", claim=dp(1.5)).verdict
+      'violated'
+    """
     checks.delta("delta", delta)
     claimed = claimed_epsilon(algorithm if claim is None else claim, game, rounds=rounds, delta=delta,
                               accountant=accountant, central=central)

@@ -32,7 +32,13 @@ background records (or clients); claims are the PLD accountant's (the tightest j
 
 class Audit(NamedTuple):
     """A named audit: ``build() -> (algorithm, game)``, the accountant of its claim and its rounds (``None``: the
-    algorithm's whole schedule)."""
+    algorithm's whole schedule).
+
+    Example:
+      >>> algorithm, game = AUDITS["dp_fedavg"].build()
+      >>> game.level, AUDITS["dp_fedavg"].accountant
+      ('client', 'pld')
+    """
 
     build: Callable[[], tuple]
     accountant: str = "pld"
@@ -329,7 +335,13 @@ def _noise_key_reused(expected_batch_size: float):
 
 
 class Sabotage(NamedTuple):
-    """A sabotaged variant held to an honest algorithm's claim: ``build() -> (sabotaged, honest, game)``."""
+    """A sabotaged variant held to an honest algorithm's claim: ``build() -> (sabotaged, honest, game)``.
+
+    Example:
+      >>> sabotaged, honest, game = SABOTAGES["noise_halved"].build()
+      >>> sabotaged.name == honest.name, SABOTAGES["noise_halved"].about
+      (True, 'minibatch_sgd with z halved')
+    """
 
     build: Callable[[], tuple]
     accountant: str = "pld"
@@ -391,7 +403,15 @@ def _rounds(spec, algorithm) -> int:
 
 
 def run_named(name: str, *, runs: int = 20_000, delta: float = DELTA, key=0) -> AuditResult:
-    """Runs :data:`AUDITS` ``[name]`` or :data:`SABOTAGES` ``[name]``."""
+    """Runs :data:`AUDITS` ``[name]`` or :data:`SABOTAGES` ``[name]`` (what ``jaxfl audit NAME`` prints).
+
+    Example (fewer runs than the default 20,000: a weaker but faster audit):
+      >>> result = run_named("minibatch_sgd", runs=2000)
+      >>> result.verdict, round(result.claimed_epsilon, 2)
+      ('holds', 0.81)
+      >>> run_named("clipping_off", runs=2000).verdict            # caught: a lower bound above the honest claim
+      'violated'
+    """
     if name in AUDITS:
         spec = AUDITS[name]
         algorithm, game = spec.build()

@@ -140,6 +140,12 @@ def read_cifar10_archive(path: str | os.PathLike, split: str):
     Returns ``x: uint8[n, 32, 32, 3]`` (HWC, as ``data_batch_*`` rows are CHW) and ``y: int32[n]``;
     train is ``data_batch_1..5`` in order (n = 50000), test is ``test_batch`` (n = 10000). The batches
     are pickles: call this only on an archive whose checksum was verified (as :func:`load_cifar10` does).
+
+    Example (the official archive, after ``jaxfl.data.download("cifar10")`` on a machine with a network):
+      >>> from jaxfl.data.sources import find_file
+      >>> x, y = read_cifar10_archive(find_file("cifar10/cifar-10-python.tar.gz"), "test")  # doctest: +SKIP
+      >>> x.shape, y.shape                                                                # doctest: +SKIP
+      ((10000, 32, 32, 3), (10000,))
     """
     _check_split("cifar10", split, ("train", "test"))
     names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
@@ -163,6 +169,19 @@ def load_cifar10(split: str = "train", *, data_dir: PathLike = None, download: b
 
     n = 50000 (train) or 10000 (test). The 170 MB archive is not in ``shared/data``; pass
     ``download=True`` on a machine with a network (it is verified against its sha256).
+
+    Example:
+      >>> x, y = load_cifar10("test", download=True)            # doctest: +SKIP
+      >>> x.shape, x.dtype, y.shape                               # doctest: +SKIP
+      ((10000, 32, 32, 3), dtype('uint8'), (10000,))
+
+      Where the archive is in none of the data directories and ``download`` is False, the error says what to do:
+
+      >>> import tempfile
+      >>> load_cifar10("test", data_dir=tempfile.mkdtemp())
+      Traceback (most recent call last):
+      ...
+      FileNotFoundError: cifar10/cifar-10-python.tar.gz (dataset 'cifar10') not found in: ... Pass download=True, ...
     """
     return read_cifar10_archive(locate("cifar10", "archive", data_dir, download=download), split)
 
@@ -228,6 +247,11 @@ def load_covtype_binary(*, scale: bool = True, labels: str = "01", data_dir: Pat
         ``"raw"``: LIBSVM's 2 / 1 as ``float32``.
       data_dir, download: where to look, and whether to fetch the UCI file (``jaxfl.data.download("covtype")``)
         when it is nowhere; it is not in ``shared/data``.
+
+    Example:
+      >>> x, y = load_covtype_binary(download=True)               # doctest: +SKIP
+      >>> x.shape, float(x.max()), int(y.sum())                    # doctest: +SKIP
+      ((581012, 54), 1.0, 283301)
     """
     from jaxfl.data.preprocess import minmax_scale
 

@@ -40,7 +40,13 @@ ENV_VAR = "JAXFL_DATA_DIR"
 
 
 class ChecksumError(ValueError):
-    """A data file's bytes differ from the registry's digest."""
+    """A data file's bytes differ from the registry's digest (a ``ValueError``; ``path``, ``expected``, ``actual``).
+
+    Example:
+      >>> err = ChecksumError("mnist/t10k-labels-idx1-ubyte.gz", "ab" * 32, "cd" * 32)
+      >>> isinstance(err, ValueError), err.path
+      (True, 'mnist/t10k-labels-idx1-ubyte.gz')
+    """
 
     def __init__(self, path, expected: str, actual: str):
         self.path, self.expected, self.actual = str(path), expected, actual
@@ -503,6 +509,18 @@ def download(name: str, data_dir: str | os.PathLike | None = None, *, base_url: 
     Raises:
       ValueError: unknown dataset or file. ChecksumError: the fetched bytes are wrong.
       OSError: no source could be reached.
+
+    Example (a mirror given as ``base_url``; here the bundled copy, so it runs without a network):
+      >>> import tempfile
+      >>> mirror = find_file("mnist/t10k-labels-idx1-ubyte.gz").parent.as_uri()
+      >>> target = tempfile.mkdtemp()
+      >>> paths = download("mnist", target, base_url=mirror, files=["test_labels"])
+      >>> [p.relative_to(target).as_posix() for p in paths]
+      ['mnist/t10k-labels-idx1-ubyte.gz']
+      >>> download("mnist", target, files=["nope"])
+      Traceback (most recent call last):
+      ...
+      ValueError: ...
     """
     if name not in REGISTRY:
         raise ValueError(f"unknown dataset {name!r} (downloadable: {', '.join(sorted(REGISTRY))})")

@@ -10,6 +10,43 @@ keyword arguments build the default ones (``eval_fn`` -> :class:`Evaluate`, ``ta
                          callbacks=[TensorBoard("runs/tb")])
 
 A callback subclasses :class:`Callback` and overrides what it needs; all hooks run on the host, outside jit.
+
+Example (a small DP-SGD run through every callback: the defaults from ``train``'s arguments, a callback of one's
+own, a resumed run):
+
+  >>> import pathlib, tempfile
+  >>> import jax, numpy as np, optax, jaxfl
+  >>> from jaxfl.engine.metrics import read_metrics
+  >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+  >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+  >>> y = (x[:, 0] > 0).astype(np.float32)
+  >>> data = jaxfl.from_silos([(x, y)])
+  >>> algorithm = jaxfl.dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=40,
+  ...                          num_records=400, clip_norm=1.0, noise_multiplier=1.0)
+  >>> class NormLog(Callback):                         # keeps the model's norm after every compiled call
+  ...     def __init__(self):
+  ...         self.norms = []
+  ...     def on_record(self, run, record):
+  ...         self.norms.append((run.round, float(np.linalg.norm(run.state.params["w"]))))
+  >>> folder, log, records = pathlib.Path(tempfile.mkdtemp()), NormLog(), []
+  >>> first = jaxfl.train(algorithm, data, init_linear(5), rounds=20, eval_every=10, delta=1e-5, progress=False,
+  ...                     eval_fn=lambda params: {"accuracy": binary_accuracy(params, x, y)},   # Evaluate
+  ...                     metrics_path=folder / "metrics.jsonl",                              # MetricsFile
+  ...                     checkpoint_dir=folder / "checkpoints",                              # Checkpoints
+  ...                     on_record=records.append, callbacks=[log])                          # OnRecord, yours
+  >>> [(r["round"], r["accuracy"] > 0.5, r["epsilon"] > 0) for r in records]       # Stamp adds the epsilon
+  [(10, True, True), (20, True, True)]
+  >>> [r for r, _ in log.norms], [r["round"] for r in read_metrics(folder / "metrics.jsonl")]
+  ([10, 20], [10, 20])
+  >>> resumed = jaxfl.train(algorithm, data, init_linear(5), rounds=40, eval_every=10, delta=1e-5,
+  ...                       progress=False, checkpoint_dir=folder / "checkpoints")          # rounds 21-40 only
+  >>> whole = jaxfl.train(algorithm, data, init_linear(5), rounds=40, eval_every=10, delta=1e-5, progress=False)
+  >>> bool(np.array_equal(resumed.params["w"], whole.params["w"])), resumed.epsilon == whole.epsilon
+  (True, True)
+  >>> capped = jaxfl.train(algorithm, data, init_linear(5), rounds=10_000, delta=1e-5, progress=False,
+  ...                      callbacks=[BudgetStop(1.0)])                                 # as target_epsilon=1.0
+  >>> capped.stop_reason, capped.epsilon <= 1.0
+  ('budget', True)
 """
 from __future__ import annotations
 
@@ -69,7 +106,8 @@ class Run:
 class Callback:
     """Hooks of :func:`~jaxfl.engine.train`; each default does nothing. ``train`` calls ``restore`` on every
     callback, then ``on_start`` on every callback, then per compiled call ``rounds_allowed`` and ``on_record``,
-    and ``on_end`` when the run ends; each in the callbacks' order."""
+    and ``on_end`` when the run ends; each in the callbacks' order. Example: the module docstring's ``NormLog``.
+    """
 
     def restore(self, run: Run) -> None:
         """First of all: a callback that keeps the run elsewhere (:class:`Checkpoints`) may set ``run.state``,
@@ -249,7 +287,12 @@ def default_callbacks(*, eval_fn=None, silo_eval_fn=None, target_epsilon=None, m
     """The callbacks :func:`~jaxfl.engine.train`'s keyword arguments stand for, in the order they run:
     :class:`Evaluate` (with an ``eval_fn`` or ``silo_eval_fn``), :class:`Stamp`, :class:`BudgetStop` (with a
     ``target_epsilon``), :class:`MetricsFile`, :class:`Checkpoints`, :class:`OnRecord` (each with its
-    argument)."""
+    argument).
+
+    Example:
+      >>> [type(c).__name__ for c in default_callbacks(eval_fn=lambda params: {}, target_epsilon=1.0)]
+      ['Evaluate', 'Stamp', 'BudgetStop']
+    """
     hooks: list[Callback] = []
     if eval_fn is not None or silo_eval_fn is not None:
         hooks.append(Evaluate(eval_fn, silo_eval_fn))

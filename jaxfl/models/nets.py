@@ -17,6 +17,24 @@ Error functions take a batch: ``(params, x: [n, ...], y: [n]) -> misclassificati
 Initialisation: by default the layers use PyTorch's default initialisation (weights and biases
 ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``), since the authors' models are PyTorch modules;
 ``torch_init=False`` gives flax's defaults (LeCun-normal weights, zero biases).
+
+The model-bound losses and error rates (``mnist_loss`` / ``mnist_error``, ``cifar_*``, ``wbcd_*``, ``lenet5_*``,
+``femnist_*``, ``two_head_*``) pair each default model with its loss; its ``*_INPUT_SHAPE`` is one record's shape.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> params = init_params(MnistLeNet5(), jax.random.key(0), LENET5_INPUT_SHAPE)
+  >>> num_params(params) == LENET5_PARAMS
+  True
+  >>> x, y = jnp.zeros((3,) + LENET5_INPUT_SHAPE), jnp.array([0, 1, 2])     # 3 records of [28, 28, 1]
+  >>> grads = jax.vmap(jax.grad(lenet5_loss), in_axes=(None, 0, 0))(params, x, y)   # per-example gradients
+  >>> grads["params"]["fc2"]["kernel"].shape                                        # [records, 512, 10]
+  (3, 512, 10)
+  >>> 0.0 <= float(lenet5_error(params, x, y)) <= 1.0
+  True
+  >>> p = init_params(MnistMLP(), jax.random.key(1), MNIST_INPUT_SHAPE)              # PCA-50 features, even/odd
+  >>> float(mnist_loss(p, jnp.zeros(MNIST_INPUT_SHAPE), 1)) > 0
+  True
 """
 from __future__ import annotations
 

@@ -83,7 +83,16 @@ BENCHMARKS: dict[str, str] = {
 def register(study, home: str | os.PathLike | None = None):
     """Registers ``study`` as experiment ``study.name`` (run by :func:`reproduce`); returns it. ``home``: the folder
     whose ``results/`` its full runs default to (:meth:`Experiment.default_out`); by default the folder of the
-    module calling ``register`` when that module is not the library's own (a paper home), else None."""
+    module calling ``register`` when that module is not the library's own (a paper home), else None.
+
+    Example (a study of your own, here the demo under another name, then ``jaxfl reproduce my-demo --papers DIR``
+    from the folder holding your module, or :func:`reproduce`):
+      >>> import dataclasses
+      >>> from jaxfl.studies.demo import STUDY
+      >>> mine = register(dataclasses.replace(STUDY, name="my-demo", description="the demo, once more"))
+      >>> get_experiment("my-demo").study is mine
+      True
+    """
     if home is None:
         caller = inspect.currentframe().f_back.f_globals
         if not str(caller.get("__name__", "")).startswith("jaxfl.") and caller.get("__file__"):
@@ -106,7 +115,18 @@ def reproduce(study, quick: bool, out_dir, variant: str | None = None, log=print
     ``workers``: ``{"count", "wall_seconds"}`` of the workers' pass that ran before this one (recorded in the
     results' ``config.workers``). ``segment_rounds``: grid programs in checkpointed segments of about that many
     rounds (:func:`jaxfl.studies.runner.run`). ``configs_per_batch``: grid points per compiled call of every
-    grid program, replacing :attr:`jaxfl.studies.spec.Study.configs_per_batch` (a part is keyed by it)."""
+    grid program, replacing :attr:`jaxfl.studies.spec.Study.configs_per_batch` (a part is keyed by it).
+
+    Example (the demo's quick form cut to one seed and one epsilon, written to a fresh folder):
+      >>> import dataclasses, json, tempfile
+      >>> from jaxfl.studies.demo import STUDY
+      >>> small = dataclasses.replace(STUDY, quick={"reps": 1, "settings": {"epsilons": (1.0,)}})
+      >>> path = reproduce(small, quick=True, out_dir=tempfile.mkdtemp(), log=lambda *line: None)
+      >>> path.name, sorted(p.name for p in path.parent.iterdir() if p.suffix == ".md")
+      ('results.json', ['summary.md'])
+      >>> [(run["family"], run["epsilon"]) for run in json.loads(path.read_text())["runs"]]
+      [('mbsgd', None), ('fedavg', None), ('dp', 1.0)]
+    """
     import dataclasses
 
     from jaxfl.studies import report, runner

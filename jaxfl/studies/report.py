@@ -24,6 +24,10 @@ from jaxfl.studies.provenance import environment, source_revision
 # Layouts
 
 
+_COLUMN_VALUES = ("band", "mean_std", "certified", "paper", "ordered")
+_COLUMN_PREFIXES = ("privacy:", "field:", "metric:")
+
+
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One column of the summary table, per epsilon.
@@ -34,6 +38,16 @@ class Column:
     ``"paper"`` (``Report.paper[(algorithm, epsilon)]``), ``"field:NAME"`` (the records' distinct values
     of ``NAME``), ``"metric:NAME"`` (mean of another metric), or ``"ordered"`` (whether the means of
     ``algorithms`` are in increasing order, and within the bands).
+
+    Example:
+      >>> Column("DP-SGD", "dp")                                  # the family labelled "dp": mean [5th, 95th]
+      Column(title='DP-SGD', algorithm='dp', value='band', algorithms=(), fmt='{:.4g}')
+      >>> Column("noise multiplier", "dp", "field:noise_multiplier").value
+      'field:noise_multiplier'
+      >>> Column("DP-SGD", "dp", "median")
+      Traceback (most recent call last):
+      ...
+      ValueError: Column 'DP-SGD': value='median' is none of band, mean_std, certified, paper, ordered, ...
     """
 
     title: str
@@ -42,11 +56,29 @@ class Column:
     algorithms: tuple = ()
     fmt: str = "{:.4g}"                # the format of "metric:" values
 
+    def __post_init__(self):
+        if self.value not in _COLUMN_VALUES and not self.value.startswith(_COLUMN_PREFIXES):
+            raise ValueError(f"Column {self.title!r}: value={self.value!r} is none of {', '.join(_COLUMN_VALUES)}, "
+                             f"or {', '.join(p + 'NAME' for p in _COLUMN_PREFIXES)}")
+
 
 @dataclasses.dataclass(frozen=True)
 class Table:
     """Per panel: one row per epsilon with ``columns``, then the ``references`` (non-private) rows, then
-    a trial-paired difference table for ``paired`` (``(title, a, b)``: test error of a minus b)."""
+    a trial-paired difference table for ``paired`` (``(title, a, b)``: test error of a minus b).
+
+    Example (the demo's: test accuracy of the DP family per epsilon, the certified epsilon beside it, the two
+    non-private families as reference rows, statistics over seeds):
+      >>> table = Table(columns=(Column("DP", "dp", "mean_std"), Column("epsilon spent", "dp", "certified")),
+      ...               metric="test_accuracy", metric_name="test accuracy", references=("mbsgd", "fedavg"),
+      ...               over="seeds", reference_value="mean_std")
+      >>> [column.title for column in table.columns], table.references
+      (['DP', 'epsilon spent'], ('mbsgd', 'fedavg'))
+      >>> Table(columns=(), over="trials")
+      Traceback (most recent call last):
+      ...
+      ValueError: Table: over='trials' is neither 'records' nor 'seeds'
+    """
 
     columns: tuple
     metric: str = "test_error"
@@ -58,10 +90,23 @@ class Table:
     over: str = "records"              # "seeds": statistics over every record's per-seed values
     reference_value: str = "band"      # how the reference rows show the metric ("band" or "mean_std")
 
+    def __post_init__(self):
+        if self.over not in ("records", "seeds"):
+            raise ValueError(f"Table: over={self.over!r} is neither 'records' nor 'seeds'")
+        if self.reference_value not in ("band", "mean_std"):
+            raise ValueError(f"Table: reference_value={self.reference_value!r} is neither 'band' nor 'mean_std'")
+
 
 @dataclasses.dataclass(frozen=True)
 class Curve:
-    """A curve (``band``: 5th-95th percentile error bars) or, for ``line=True``, a horizontal line."""
+    """A curve (``band``: 5th-95th percentile error bars) or, for ``line=True``, a horizontal line.
+
+    ``style``: matplotlib keyword arguments of the line.
+
+    Example:
+      >>> Curve("dp", {"marker": "o"}).line, Curve("mbsgd", {"linestyle": "--"}, line=True).line   # line: no epsilon
+      (False, True)
+    """
 
     algorithm: str
     style: Mapping = dataclasses.field(default_factory=dict)
@@ -70,7 +115,14 @@ class Curve:
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """Metric against epsilon, one subplot per panel."""
+    """Metric against epsilon, one subplot per panel (``figure.png``, drawn with the ``studies`` extra).
+
+    Example:
+      >>> figure = Figure((Curve("dp", {"marker": "o"}), Curve("mbsgd", {"color": "gray"}, line=True)),
+      ...                 title="{panel}", ylabel="test accuracy", metric="test_accuracy", bands=False)
+      >>> figure.xlabel, figure.xscale
+      ('epsilon', 'log')
+    """
 
     curves: tuple
     title: str                         # format fields: {panel} and results.json's config
@@ -90,7 +142,12 @@ class RoundsFigure:
     ``eval_every``), one subplot per panel, one line per curve's algorithm: the pointwise mean over its runs
     (trials), with their min-max as a band (runs with more points are sampled at the shortest's count).
     ``x``: ``"round"`` (engine rounds), or a run's list column of the same length as its curve (e.g. the
-    server rounds completed at each point)."""
+    server rounds completed at each point).
+
+    Example (accuracy against rounds, for a study whose programs set ``eval_every``):
+      >>> RoundsFigure((Curve("dp"), Curve("fedavg")), title="{panel}", ylabel="test accuracy").metric
+      'test_accuracy'
+    """
 
     curves: tuple
     title: str                         # format fields: {panel} and results.json's config
@@ -108,7 +165,17 @@ class Report:
     numbers by ``(algorithm, epsilon)``, printed beside ours; ``header`` opens each panel's table (format
     fields: ``{name}``, ``{panel}``, ``{trials}``, ``{reps}``, ``{form}``); ``combined`` lays out one table over
     the panels of several results files of the same form (panels run on different machines), for a docs block
-    naming them (:mod:`jaxfl.studies.tables`)."""
+    naming them (:mod:`jaxfl.studies.tables`).
+
+    Example (the paper's own numbers print beside the study's, keyed by family and epsilon):
+      >>> report = Report(Table((Column("DP", "dp"), Column("paper", "dp", "paper"))),
+      ...                 paper={("dp", 1.0): 0.12, ("dp", 8.0): 0.05})
+      >>> report.paper[("dp", 8.0)], report.figure is None
+      (0.05, True)
+      >>> from jaxfl.studies.demo import STUDY                # a complete report: table, figure and header
+      >>> STUDY.report.table.metric, len(STUDY.report.figure.curves)
+      ('test_accuracy', 3)
+    """
 
     table: Table
     figure: Figure | None = None

@@ -376,7 +376,9 @@ def _facts(info: Mapping) -> str:
 
 @dataclasses.dataclass
 class Outcome:
-    """What :func:`run` produced: ``rows`` (selected rows, host values) and per-trial facts."""
+    """What :func:`run` produced: ``rows`` (selected rows, host values) and per-trial facts; :func:`report.write
+    <jaxfl.studies.report.write>` turns it into ``results.json``, ``summary.md`` and figures. Example: :func:`run`.
+    """
 
     study: Study
     rows: list

@@ -49,6 +49,15 @@ class Trial:
       eval_data: pytree handed to ``Study.evaluate`` (an argument of the compiled grid program).
       deltas: ``float64[num_silos]`` (or a scalar): the delta each run is accounted at.
       info: facts recorded in ``results.json`` ``config.per_trial``.
+
+    Example (two silos, each accounted at delta = 1 / n_i^2, evaluated on a pooled test set):
+      >>> import numpy as np
+      >>> from jaxfl.data import from_silos
+      >>> data = from_silos([(np.ones((4, 3)), np.zeros(4)), (np.ones((2, 3)), np.ones(2))])
+      >>> trial = Trial.with_test_set(data, np.ones((5, 3)), np.zeros(5), 1.0 / np.asarray(data.counts) ** 2,
+      ...                             {"test_records": 5})
+      >>> trial.deltas.tolist(), sorted(trial.eval_data)
+      ([0.0625, 0.25], ['test_x', 'test_y', 'train'])
     """
 
     train: FederatedData
@@ -59,7 +68,7 @@ class Trial:
     @classmethod
     def with_test_set(cls, train: FederatedData, test_x, test_y, deltas, info=None, **eval_extra) -> "Trial":
         """A trial evaluated on a pooled test set: ``eval_data = {"train", "test_x", "test_y", **eval_extra}``
-        (see :func:`train_loss_and_test_error`)."""
+        (see :func:`train_loss_and_test_error`); example in the class docstring."""
         eval_data = {"train": train, "test_x": jnp.asarray(test_x), "test_y": jnp.asarray(test_y), **eval_extra}
         return cls(train, eval_data, deltas, dict(info or {}))
 
@@ -123,6 +132,18 @@ class Family:
     ``accountant`` accounts every configuration at the trial's deltas (None: not accounted);
     ``describe(study, panel, trial, program, row) -> dict`` adds paper-specific facts to a selected row;
     ``short(row)`` names the row when a :class:`Combine` picks it.
+
+    Example (the demo's DP family: one grid of epsilons, each with its calibrated noise multiplier):
+      >>> from jaxfl.studies.demo import STUDY
+      >>> dp = STUDY.families[2]
+      >>> dp.name, dp.runner, dp.accountant
+      ('dp', 'sweep', 'rdp')
+      >>> type(dp.build({}, noise_multiplier=1.0, epsilon=1.0)).__name__        # one configuration's algorithm
+      'FederatedAlgorithm'
+      >>> Family("dp", "DP-SGD", dp.build, dp.programs, runner="scan")
+      Traceback (most recent call last):
+      ...
+      ValueError: ...runner...
     """
 
     name: str
@@ -157,7 +178,12 @@ class Select:
 
 @dataclasses.dataclass(frozen=True)
 class Combine:
-    """A reported row per epsilon that is the best (by selection score) of the ``of`` families' rows."""
+    """A reported row per epsilon that is the best (by selection score) of the ``of`` families' rows.
+
+    Example (report SPIDER as the better of its printed and its authors'-code noise, per epsilon):
+      >>> Combine("FedProx-SPIDER", ("spider", "alt")).of
+      ('spider', 'alt')
+    """
 
     label: str
     of: tuple
@@ -326,7 +352,21 @@ def mean_train_loss(loss, params, data: FederatedData):
 def train_loss_and_test_error(loss, error, with_eval_data: bool = False):
     """The evaluation of the papers' grids: ``(params, eval_data) -> {"train_loss", "test_error"}`` with
     ``eval_data`` from :meth:`Trial.with_test_set`; ``error(params, x, y[, eval_data])``. One function per
-    ``(loss, error)``, so every trial reuses the compiled program."""
+    ``(loss, error)``, so every trial reuses the compiled program.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxfl.data import from_silos
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> def error(params, x, y):
+      ...     return ((x @ params["w"] + params["b"] > 0) != (y > 0.5)).mean()
+      >>> data = from_silos([(np.ones((4, 3), np.float32), np.zeros(4)), (np.ones((2, 3), np.float32), np.ones(2))])
+      >>> trial = Trial.with_test_set(data, np.ones((5, 3), np.float32), np.zeros(5), 1e-5)
+      >>> evaluate = train_loss_and_test_error(logistic_loss, error)
+      >>> metrics = evaluate(init_linear(3), trial.eval_data)            # zero parameters: loss log 2
+      >>> round(float(metrics["train_loss"]), 4), float(metrics["test_error"])
+      (0.6931, 0.0)
+    """
 
     def evaluate(params, ev):
         args = (params, ev["test_x"], ev["test_y"]) + ((ev,) if with_eval_data else ())
