@@ -48,7 +48,16 @@ __all__ = [
 
 def as_relation(value: Any) -> NeighboringRelation:
     """``value`` (a ``NeighboringRelation`` or its name, e.g. ``"replace_one"``) as a ``NeighboringRelation``;
-    one ``ValueError`` naming the known relations otherwise."""
+    one ``ValueError`` naming the known relations otherwise.
+
+    Example:
+      >>> as_relation("replace_one")
+      <NeighboringRelation.REPLACE_ONE: 2>
+      >>> as_relation("swap")
+      Traceback (most recent call last):
+      ...
+      ValueError: ...
+    """
     if isinstance(value, NeighboringRelation):
         return value
     if isinstance(value, str):
@@ -118,6 +127,13 @@ def rdp_event(event: DpEvent, relation: Any) -> DpEvent:
     ``event`` is rewritten with its multiplier divided by 2 (nested in ``SelfComposedDpEvent``,
     ``ComposedDpEvent`` and the sampling events). Other relations, and other events, are returned as they
     are.
+
+    Example (under replace-one the sensitivity doubles, so the multiplier handed to RDP halves):
+      >>> import dp_accounting
+      >>> rdp_event(dp_accounting.GaussianDpEvent(2.0), "replace_one")
+      GaussianDpEvent(noise_multiplier=1.0)
+      >>> rdp_event(dp_accounting.GaussianDpEvent(2.0), "add_or_remove_one")
+      GaussianDpEvent(noise_multiplier=2.0)
     """
     factor = clipped_sum_sensitivity(relation)
     return event if factor == 1.0 else _scaled(event, factor)
@@ -372,7 +388,13 @@ class RoundScheduleDpEvent(DpEvent):
 
 
 def per_round_members(event: DpEvent) -> tuple:
-    """The events an accountant will be handed for ``event``: a per-round event's members, else ``(event,)``."""
+    """The events an accountant will be handed for ``event``: a per-round event's members, else ``(event,)``.
+
+    Example:
+      >>> import dp_accounting
+      >>> per_round_members(dp_accounting.GaussianDpEvent(2.0))
+      (GaussianDpEvent(noise_multiplier=2.0),)
+    """
     if isinstance(event, (RoundCycleDpEvent, RoundScheduleDpEvent)):
         return event.events
     return (event,)

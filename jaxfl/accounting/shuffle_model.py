@@ -39,6 +39,13 @@ def shuffled_gaussian_epsilon(event: ShuffledGaussianDpEvent, delta: float) -> f
 
     ``delta`` is split: half for the shuffling theorem's own ``delta``, half (after the subsampling
     factor ``q``) for the local randomizers' ``n delta0`` term, with ``delta0`` shrunk until the total fits.
+
+    Example (2,000 reports among 4,000 silos of 500 records; more noise, less epsilon; too few reports certify nothing):
+      >>> from jaxfl.accounting.events import ShuffledGaussianDpEvent
+      >>> eps = [shuffled_gaussian_epsilon(ShuffledGaussianDpEvent(z, m, 4000, 500), 1e-7)
+      ...        for z, m in ((8.0, 2000), (16.0, 2000), (8.0, 20))]
+      >>> eps[1] < eps[0] < 1e-3, eps[2]
+      (True, inf)
     """
     q = event.reports / (event.num_silos * event.records_per_silo)
     target = delta / q  # the shuffled round may spend delta / q before subsampling
@@ -71,7 +78,14 @@ def _flatten(event, count):
 
 class ShuffleAccountant(LowyAccountant):
     """Composes shuffle-model rounds (:class:`PvecDpEvent`, :class:`ShuffledGaussianDpEvent`); central
-    DP, replace-one neighbours. See the module docstring for the calculus."""
+    DP, replace-one neighbours. See the module docstring for the calculus.
+
+    Example (one P_vec sum of 1,000 users in 10 dimensions, calibrated to epsilon 1):
+      >>> from jaxfl.accounting.events import PvecDpEvent
+      >>> accountant = ShuffleAccountant().compose(PvecDpEvent(64, 5909, 0.25, 1000, 10))
+      >>> accountant.get_epsilon(1e-5) <= 1.0
+      True
+    """
 
     name = "shuffle"
     relations = frozenset({NeighboringRelation.REPLACE_ONE})

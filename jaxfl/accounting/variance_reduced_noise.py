@@ -64,6 +64,10 @@ def sigma_prox_sgd(lipschitz, batch_size, epsilon, delta, *, printed=False) -> f
     ``printed=True``: the paper's ``sigma^2 = 8 L^2 ln(1/delta) / (eps^2 K^2)`` (digest §9 item 3: a
     factor 2 short of Prop. D.2 for sensitivity ``2L/K``; it gives zCDP ``eps^2/(4 ln(1/delta))``, which
     does not convert to (eps, delta)), with the theorem's stated range ``epsilon <= min(8 ln(1/delta), 15)``.
+
+    Example (the corrected calibration is sqrt 2 above the printed one):
+      >>> round(sigma_prox_sgd(1.0, 100, 1.0, 1e-5), 4), round(sigma_prox_sgd(1.0, 100, 1.0, 1e-5, printed=True), 4)
+      (0.1357, 0.096)
     """
     L = checks.positive_float("lipschitz", lipschitz)
     K = checks.positive_int("batch_size", batch_size)
@@ -81,7 +85,12 @@ def prox_sgd_rounds(kappa, mu, gap, lipschitz, M, n, epsilon, delta, dim, *, num
     ``R = ceil(2 kappa ln((mu Delta / L^2) min{M n, eps^2 n^2 M / (d ln(1/delta))}))``,
     with ``Delta >= F(w0) - F*`` (``gap``) and ``kappa = beta/mu``. With ``num_silos=N`` it is part 2
     (SDP Prox-SGD, Alg. 7): ``min{M n, eps^2 n^2 N^2 / (d ln(1/delta))}``. Returns at least 1 (a log of
-    an argument <= 1 would give R <= 0: the bound then already holds at w0, but Alg. 6 needs R >= 1)."""
+    an argument <= 1 would give R <= 0: the bound then already holds at w0, but Alg. 6 needs R >= 1).
+
+    Example:
+      >>> prox_sgd_rounds(10.0, 0.1, 1.0, 1.0, 4, 1000, 1.0, 1e-5, 50)
+      120
+    """
     kappa = checks.positive_float("kappa", kappa)
     mu = checks.positive_float("mu", mu)
     gap = checks.positive_float("gap", gap)
@@ -104,7 +113,12 @@ def prox_sgd_rounds(kappa, mu, gap, lipschitz, M, n, epsilon, delta, dim, *, num
 
 def prox_sgd_batch(n, rounds) -> int:
     """Alg. 6 / Thm E.1: ``K = floor(n / R)`` (disjoint batches: one permutation per silo cut into R
-    chunks). Raises if ``R > n``."""
+    chunks). Raises if ``R > n``.
+
+    Example:
+      >>> prox_sgd_batch(1000, 7)
+      142
+    """
     n = checks.positive_int("n", n)
     R = checks.positive_int("rounds", rounds)
     if R > n:
@@ -132,6 +146,10 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
     ``ln(2.5R/delta)``. ``corrected_sensitivity=True`` multiplies sigma2 by 2: the proof uses the constant
     for sensitivity ``2L/K`` although the difference of two gradients has sensitivity ``4L/K`` (digest §9
     item 6: a factor 4 in variance). Defaults reproduce the statement.
+
+    Example:
+      >>> [round(s, 4) for s in sigma_pl_svrg(1.0, 1000, 1.0, 1e-5, restarts=2, epochs=3, rounds=30)]
+      [0.5164, 3.4456]
     """
     L = checks.positive_float("lipschitz", lipschitz)
     n = checks.positive_int("n", n)
@@ -151,7 +169,12 @@ def sigma_pl_svrg(lipschitz, n, epsilon, delta, *, restarts, epochs, rounds, pro
 
 def pl_svrg_batch(n, epsilon, delta, restarts, rounds) -> int:
     """Thm E.2's batch condition ``K >= eps n / (4 sqrt(2 S R ln(2/delta)))`` as the smallest integer
-    (at least 1): Lowy & Razaviyayn's :func:`sgd_noise.min_batch_theorem` with ``S R`` rounds."""
+    (at least 1): Lowy & Razaviyayn's :func:`sgd_noise.min_batch_theorem` with ``S R`` rounds.
+
+    Example:
+      >>> pl_svrg_batch(1000, 1.0, 1e-5, 2, 30)
+      7
+    """
     S = checks.positive_int("restarts", restarts)
     R = checks.positive_int("rounds", rounds)
     return int(sgd_noise.min_batch_theorem(checks.positive_int("n", n), S * R, checks.epsilon("epsilon", epsilon),
@@ -159,7 +182,12 @@ def pl_svrg_batch(n, epsilon, delta, restarts, rounds) -> int:
 
 
 def pl_svrg_step_size(beta, batch_size, silos_per_round, n) -> float:
-    """Thm E.2's step size ``eta = (1/(8 beta)) min(1, K^{3/2} sqrt(M) / n)``."""
+    """Thm E.2's step size ``eta = (1/(8 beta)) min(1, K^{3/2} sqrt(M) / n)``.
+
+    Example:
+      >>> pl_svrg_step_size(1.0, 100, 4, 1000)              # (1/8) min(1, 1000 * 2 / 1000)
+      0.125
+    """
     beta = checks.positive_float("beta", beta)
     K = checks.positive_int("batch_size", batch_size)
     M = checks.positive_int("silos_per_round", silos_per_round)
@@ -219,7 +247,12 @@ def spider_difference_sigma(sigma2, sigma_hat2, step_norm):
     """Alg. 3 line 10: the noise std of a difference step, ``sqrt(min(sigma2^2 ||dw||^2, sigma_hat2^2))``
     ``= min(sigma2 ||dw||, sigma_hat2)`` with ``dw = w_r - w_{r-1}`` (public). ``sigma2 = inf`` gives
     ``sigma_hat2`` (also for ``||dw|| = 0``). ``step_norm`` may be a JAX array (also traced), in which case
-    a JAX array is returned; ``sigma2``/``sigma_hat2`` are plain numbers."""
+    a JAX array is returned; ``sigma2``/``sigma_hat2`` are plain numbers.
+
+    Example (a short step is noised by its length; a long one by the cap):
+      >>> round(spider_difference_sigma(2.0, 0.5, 0.1), 6), spider_difference_sigma(2.0, 0.5, 1.0)
+      (0.2, 0.5)
+    """
     s2 = float(sigma2)
     sh2 = checks.positive_float("sigma_hat2", sigma_hat2)
     if not s2 >= 0.0:
@@ -241,7 +274,12 @@ def spider_parameters(lipschitz, smoothness, gap, n, dim, epsilon, delta, silos_
     ``q = floor(min{(eps n L sqrt(M) / sqrt(d ln(1/delta) Delta beta))^{2/3}, n M / 1{M<N}})`` (no cap when
     ``M = N``), then ``R = ceil(eps n sqrt(M q) sqrt(Delta beta) / (L sqrt(d ln(1/delta))))`` with that
     integer q. ``q < 1`` returns ``(0, 0)``: the proof then outputs ``w0`` (run no rounds).
-    ``gap`` is ``Delta_hat_X >= F_hat(w0) - F_hat*``."""
+    ``gap`` is ``Delta_hat_X >= F_hat(w0) - F_hat*``.
+
+    Example:
+      >>> spider_parameters(1.0, 1.0, 1.0, 1000, 50, 1.0, 1e-5, 4, 4)
+      (364, 19)
+    """
     L = checks.positive_float("lipschitz", lipschitz)
     beta = checks.positive_float("smoothness", smoothness)
     gap = checks.positive_float("gap", gap)
@@ -268,7 +306,12 @@ def spider_parameters(lipschitz, smoothness, gap, n, dim, epsilon, delta, silos_
 def sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) -> float:
     """Lowy et al.'s experiments, ISRL-DP MB-SGD (§4.9; authors' code, moments-accountant heuristic):
     ``sigma^2 = 8 L^2 R ln(2/delta) / (n^2 eps^2)``. (Lowy & Razaviyayn's
-    :func:`sgd_noise.sigma_experiment_mbsgd` has ``ln(1/delta)``.) Not an accountant-verified bound."""
+    :func:`sgd_noise.sigma_experiment_mbsgd` has ``ln(1/delta)``.) Not an accountant-verified bound.
+
+    Example:
+      >>> round(sigma_experiment_mbsgd(1.0, 1000, 1.0, 1e-5, 10), 4)
+      0.0312
+    """
     L = checks.positive_float("lipschitz", lipschitz)
     n = checks.positive_int("n", n)
     eps = checks.epsilon("epsilon", epsilon)
@@ -279,7 +322,12 @@ def sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) -> float:
 
 def sigma_experiment_local_sgd(lipschitz, n, epsilon, delta, rounds, local_steps) -> float:
     """Lowy et al.'s experiments, ISRL-DP Local SGD (§4.9, code): per local step,
-    ``sigma^2 = 8 L^2 K R ln(2/delta) / (n^2 eps^2)`` with ``K`` one-sample local steps per round."""
+    ``sigma^2 = 8 L^2 K R ln(2/delta) / (n^2 eps^2)`` with ``K`` one-sample local steps per round.
+
+    Example:
+      >>> round(sigma_experiment_local_sgd(1.0, 1000, 1.0, 1e-5, 10, 5), 4)
+      0.0699
+    """
     K = checks.positive_int("local_steps", local_steps)
     return sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds) * math.sqrt(K)
 
@@ -288,7 +336,12 @@ def sigma_alt_spider(lipschitz, n, epsilon, delta, rounds) -> tuple[float, float
     """Alt ISRL-DP Fed-SPIDER (Alg. 11, App. H.2), ``(sigma_difference, sigma_fresh)``:
     ``32`` and ``8`` times ``L^2 ln(2/delta) R / (n^2 eps^2)`` (variances). The difference step has twice
     the sensitivity (factor 4). Two messages per round are calibrated as if only R mechanisms composed
-    (digest §4.8 flag): a reproduction of the paper, not a verified guarantee."""
+    (digest §4.8 flag): a reproduction of the paper, not a verified guarantee.
+
+    Example (the difference step's std is twice the fresh one's):
+      >>> [round(s, 4) for s in sigma_alt_spider(1.0, 1000, 1.0, 1e-5, 10)]
+      [0.0625, 0.0312]
+    """
     fresh = sigma_experiment_mbsgd(lipschitz, n, epsilon, delta, rounds)
     return 2.0 * fresh, fresh
 
@@ -296,7 +349,12 @@ def sigma_alt_spider(lipschitz, n, epsilon, delta, rounds) -> tuple[float, float
 def batch_experiment_paper(n, rounds, epsilon) -> int:
     """The paper's experiment batch (App. H.2; Alg. 11's and the baselines' ``K1 = K2``):
     ``K = int(max(1, n sqrt(eps) / (2 sqrt(R))))`` -- Lowy & Razaviyayn's :func:`sgd_noise.batch_experiment`
-    (the same formula, one name for it)."""
+    (the same formula, one name for it).
+
+    Example:
+      >>> batch_experiment_paper(1238, 25, 4.0)
+      247
+    """
     return int(sgd_noise.batch_experiment(checks.positive_int("n", n), checks.positive_int("rounds", rounds),
                                             checks.epsilon("epsilon", epsilon)))
 
@@ -304,7 +362,12 @@ def batch_experiment_paper(n, rounds, epsilon) -> int:
 def batch_experiment_code(n, rounds) -> int:
     """The authors' code: ``K = int(max(1, n sqrt(24) / (2 sqrt(R))))`` for every epsilon ("24 >= the
     largest epsilon tested"), ported literally. MNIST n = 1238: 606 (R = 25), 428 (R = 50); CIFAR-10
-    n = 1000: 346 (R = 50), 244 (R = 100)."""
+    n = 1000: 346 (R = 50), 244 (R = 100).
+
+    Example:
+      >>> batch_experiment_code(1238, 25), batch_experiment_code(1238, 50)
+      (606, 428)
+    """
     n = checks.positive_int("n", n)
     R = checks.positive_int("rounds", rounds)
     return int(max(1, n * math.sqrt(24) / (2 * math.sqrt(R))))
@@ -316,7 +379,12 @@ def batch_experiment_code(n, rounds) -> int:
 
 def sdp_prox_sgd_pvec(epsilon, delta, num_silos, silos_per_round) -> tuple[float, float]:
     """SDP Prox-SGD (Alg. 7): each round runs P_vec at ``(N eps / (2M), delta)``; silo subsampling (M of
-    N) then gives (eps, delta)-SDP, which needs ``M >= N min(eps/2, 1)`` (raises otherwise)."""
+    N) then gives (eps, delta)-SDP, which needs ``M >= N min(eps/2, 1)`` (raises otherwise).
+
+    Example (8 of 10 silos a round):
+      >>> sdp_prox_sgd_pvec(1.0, 1e-5, 10, 8)
+      (0.625, 1e-05)
+    """
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
@@ -333,7 +401,13 @@ def sdp_svrg_pvec(epsilon, delta, num_silos, silos_per_round, n, batch_size, epo
     ``eps~ = eps N n / (8 M K sqrt(4 E Q ln(2/delta)))``, ``delta~ = delta / (2 E Q)``
     (``Q = inner_steps``, normally ``floor(n/K)``). For Alg. 9 (PL restarts) pass
     ``eps / (2 sqrt(2S))`` and ``delta / (2S)``. The amplification step needs ``eps~ <= 1`` (the theorem's
-    M condition); the digest (§9 item 5) notes the same ``eps~`` is used for the n-sample checkpoint."""
+    M condition); the digest (§9 item 5) notes the same ``eps~`` is used for the n-sample checkpoint.
+
+    Example:
+      >>> epsilon, delta = sdp_svrg_pvec(1.0, 1e-5, 10, 8, 1000, 100, 3, 10)
+      >>> round(epsilon, 4), f"{delta:.3g}"
+      (0.0408, '1.67e-07')
+    """
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
     N, M = _silos(num_silos, silos_per_round)
@@ -361,6 +435,11 @@ def sdp_spider_pvec(epsilon, delta, num_silos, silos_per_round, checkpoint_batch
     it does not reduce to the proof's ``eps sqrt(q)/(...)``) and the uncapped ``delta q / (2R)``.
     ``n`` is the local dataset size; the theory uses ``K1 = K2 = n``, so when ``n`` is None the two batch
     sizes must be equal and are taken as ``n``.
+
+    Example:
+      >>> (e1, d1), (e2, d2) = sdp_spider_pvec(1.0, 1e-5, 10, 8, 100, 100, 20, 5)
+      >>> round(e1, 4), d1, round(e2, 4)
+      (0.0326, 1.25e-06, 0.0146)
     """
     eps = checks.epsilon("epsilon", epsilon)
     dlt = checks.delta("delta", delta, scalar=True)
@@ -392,7 +471,12 @@ def sdp_spider_pvec(epsilon, delta, num_silos, silos_per_round, checkpoint_batch
 def noise_multiplier(sigma, clip_norm, batch_size, sensitivity=1.0) -> float:
     """The engine's noise multiplier for a paper sigma: the engine adds ``N(0, (z sensitivity C)^2)`` to a
     silo's *sum* of ``K`` clipped gradients and divides by ``K``, so ``z = sigma K / (sensitivity C)``
-    (Lowy & Razaviyayn's :func:`sgd_noise.noise_multiplier_from_sigma` with clip norm ``sensitivity C``)."""
+    (Lowy & Razaviyayn's :func:`sgd_noise.noise_multiplier_from_sigma` with clip norm ``sensitivity C``).
+
+    Example:
+      >>> noise_multiplier(0.02, 1.0, 100), noise_multiplier(0.02, 1.0, 100, sensitivity=2.0)
+      (2.0, 1.0)
+    """
     C = checks.positive_float("clip_norm", clip_norm)
     s = checks.positive_float("sensitivity", sensitivity)
     K = checks.positive_int("batch_size", batch_size)
@@ -414,6 +498,10 @@ def experiment_noise_multipliers(algorithm: str, n: int, delta: float, epsilon: 
     * ``"spider"`` (FedProx-SPIDER, Alg. 3): ``(sigma_1 K / C, sigma_hat_2 K / (2C))`` from
       :func:`sigma_spider` (``sigma_2 = inf``: the difference cap; ``spider_calibration`` its ``calibration``);
     * ``"alt"`` (Alt Fed-SPIDER, Alg. 11): ``(sigma_fresh K / C, sigma_diff K / (2C))``.
+
+    Example:
+      >>> round(experiment_noise_multipliers("mbsgd", 1000, 1e-5, 1.0, 10, 100), 4)
+      3.1249
     """
     if algorithm == "mbsgd":
         return noise_multiplier(sigma_experiment_mbsgd(1.0, n, epsilon, delta, rounds), 1.0, batch_size)

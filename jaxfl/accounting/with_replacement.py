@@ -60,7 +60,12 @@ TAIL_MASS = 1e-15
 
 
 def drawn_probability(dataset_size: int, sample_size: int) -> float:
-    """``p0 = 1 - (1 - 1/n)^K``: the chance that a given record is among ``K`` draws with replacement from ``n``."""
+    """``p0 = 1 - (1 - 1/n)^K``: the chance that a given record is among ``K`` draws with replacement from ``n``.
+
+    Example:
+      >>> round(drawn_probability(100, 10), 4)            # 1 - 0.99^10
+      0.0956
+    """
     n = checks.positive_int("dataset_size", dataset_size)
     k = checks.non_negative_int("sample_size", sample_size)
     return 1.0 if n == 1 and k else float(-math.expm1(k * math.log1p(-1.0 / n)))
@@ -119,7 +124,15 @@ def _with_infinite_mass(pmf: _pmf.PLDPmf, tail: float) -> _pmf.PLDPmf:
 class PLDAccountantWithReplacement(_pld.PLDAccountant):
     """dp_accounting's PLD accountant that also composes ``SampledWithReplacementDpEvent(n, K,
     GaussianDpEvent(z))`` under replace-one neighbours (:func:`with_replacement_gaussian_pld`); every other
-    event, and every other relation, is dp_accounting's own business."""
+    event, and every other relation, is dp_accounting's own business.
+
+    Example (100 rounds of 10 draws with replacement from 1,000 records at noise multiplier 4, replace-one):
+      >>> import dp_accounting
+      >>> accountant = PLDAccountantWithReplacement(dp_accounting.NeighboringRelation.REPLACE_ONE)
+      >>> event = dp_accounting.SampledWithReplacementDpEvent(1000, 10, dp_accounting.GaussianDpEvent(4.0))
+      >>> round(accountant.compose(event, 100).get_epsilon(1e-5), 3)
+      0.212
+    """
 
     def _maybe_compose(self, event, count, do_compose):
         if not isinstance(event, dp_accounting.SampledWithReplacementDpEvent):

@@ -67,7 +67,13 @@ def _silo_uniforms(round_key, num_silos):
 
 
 def all_silos() -> Participation:
-    """Every silo with records takes part in every round."""
+    """Every silo with records takes part in every round.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> all_silos().weights(jax.random.key(0), jnp.array([5, 0, 5])).tolist()        # the empty silo is out
+      [1.0, 0.0, 1.0]
+    """
     return Participation(lambda round_key, counts: (counts > 0).astype(jnp.float32))
 
 
@@ -77,6 +83,13 @@ def uniform(count: int) -> Participation:
 
     Uses the ``count`` largest per-silo uniforms among the silos with records. Its ``max_participants``
     (``M``) lets :func:`jaxfl.engine.rounds.make_round` run the client on the participants only.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> rule = uniform(2)
+      >>> weights = rule.weights(jax.random.key(0), jnp.array([5, 0, 5, 5, 5, 5]))
+      >>> float(weights.sum()), float(weights[1]), rule.max_participants           # never the empty silo 1
+      (2.0, 0.0, 2)
     """
     m = int(count)
     if m < 1:
@@ -94,7 +107,16 @@ def uniform(count: int) -> Participation:
 
 
 def poisson(rate) -> Participation:
-    """Each silo takes part independently with probability ``rate`` (may be traced)."""
+    """Each silo takes part independently with probability ``rate`` (may be traced).
+
+    Example (its ``rate`` is what the ledger amplifies by; the draw is keyed by round and silo):
+      >>> import jax, jax.numpy as jnp
+      >>> rule = poisson(0.5)
+      >>> draws = jax.vmap(lambda r: rule.weights(jax.random.fold_in(jax.random.key(0), r), jnp.full(100, 5)))(
+      ...     jnp.arange(50))
+      >>> rule.rate, 0.45 < float(draws.mean()) < 0.55
+      (0.5, True)
+    """
 
     def weights(round_key, counts):
         u = _silo_uniforms(round_key, counts.shape[0])
@@ -105,7 +127,16 @@ def poisson(rate) -> Participation:
 
 def resolve(participation, num_silos_hint=None) -> Participation:
     """``None`` -> all silos; an int ``M`` -> :func:`uniform`; a :class:`Participation` is returned as is, any
-    other callable wrapped in one (no bound on the participants)."""
+    other callable wrapped in one (no bound on the participants).
+
+    Example:
+      >>> resolve(3).max_participants, resolve(None).max_participants, resolve(poisson(0.1)).rate
+      (3, None, 0.1)
+      >>> resolve("all")
+      Traceback (most recent call last):
+      ...
+      ValueError: participation must be None, an int or a callable, got 'all'
+    """
     if participation is None:
         return all_silos()
     if isinstance(participation, int):
@@ -119,7 +150,16 @@ def resolve(participation, num_silos_hint=None) -> Participation:
 
 def argument(participation, silos_per_round, factory: str):
     """A factory's ``participation``, given under that name or its deprecated one, ``silos_per_round`` (which
-    warns; both at once is an error)."""
+    warns; both at once is an error).
+
+    Example:
+      >>> argument(3, None, "dp_fedavg")
+      3
+      >>> argument(3, 3, "dp_fedavg")
+      Traceback (most recent call last):
+      ...
+      ValueError: dp_fedavg: give participation= only (silos_per_round= is its deprecated name)
+    """
     if silos_per_round is None:
         return participation
     if participation is not None:
@@ -131,7 +171,10 @@ def argument(participation, silos_per_round, factory: str):
 
 class Slots(NamedTuple):
     """``slots`` silo ids drawn with replacement each round (:func:`with_replacement`):
-    ``draw(round_key, counts) -> int32[slots]``; for :func:`jaxfl.engine.rounds.make_slot_round`."""
+    ``draw(round_key, counts) -> int32[slots]``; for :func:`jaxfl.engine.rounds.make_slot_round`.
+
+    Example: :func:`with_replacement`.
+    """
 
     draw: Callable[[jax.Array, jnp.ndarray], jnp.ndarray]
     slots: int
@@ -144,7 +187,15 @@ def with_replacement(slots: int) -> Slots:
     """``(round_key, counts) -> int32[slots]``: silo ids drawn uniformly **with replacement** among the
     silos with records (DP-REC's client sampling; a silo may fill several slots). The draw is the
     server's, from ``derive(round, SERVER, 0, PARTICIPATION)``; use with
-    :func:`jaxfl.engine.rounds.make_slot_round`."""
+    :func:`jaxfl.engine.rounds.make_slot_round`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> slots = with_replacement(4)
+      >>> ids = slots(jax.random.key(0), jnp.array([5, 0, 5, 5]))
+      >>> ids.shape, slots.slots, 1 in ids.tolist()                # four ids among silos 0, 2, 3
+      ((4,), 4, False)
+    """
     b = int(slots)
     if b < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")

@@ -75,17 +75,34 @@ def fold_in(key: jax.Array, data) -> jax.Array:
 
 
 def round_key(root: jax.Array, round_index) -> jax.Array:
-    """Key of one round: ``fold_in(root, round)``. ``round_index`` may be traced."""
+    """Key of one round: ``fold_in(root, round)``. ``round_index`` may be traced.
+
+    Example:
+      >>> import jax
+      >>> root = jax.random.key(0)
+      >>> bool((jax.random.key_data(round_key(root, 3)) == jax.random.key_data(jax.random.fold_in(root, 3))).all())
+      True
+    """
     return fold_in(root, round_index)
 
 
 def silo_key(round_key_: jax.Array, silo) -> jax.Array:
-    """Key of one silo within a round: ``fold_in(round_key, silo)``. Vmappable over ``silo``."""
+    """Key of one silo within a round: ``fold_in(round_key, silo)``. Vmappable over ``silo``.
+
+    Example (one key per silo, as a round's ``vmap`` over silos derives them):
+      >>> import jax, jax.numpy as jnp
+      >>> keys = jax.vmap(lambda silo: silo_key(round_key(jax.random.key(0), 0), silo))(jnp.arange(4))
+      >>> keys.shape
+      (4,)
+    """
     return fold_in(round_key_, silo)
 
 
 def step_key(silo_key_: jax.Array, step, purpose: Purpose) -> jax.Array:
-    """Key of one draw: ``fold_in(fold_in(silo_key, step), purpose)``."""
+    """Key of one draw: ``fold_in(fold_in(silo_key, step), purpose)``.
+
+    Example: :class:`Purpose`.
+    """
     return fold_in(fold_in(silo_key_, step), purpose)
 
 
@@ -107,7 +124,15 @@ def derive(root: jax.Array, *, round, silo, step, purpose: Purpose) -> jax.Array
 
 
 def as_key(seed_or_key) -> jax.Array:
-    """A typed PRNG key from an int seed, a raw ``uint32[2]`` key or a typed key."""
+    """A typed PRNG key from an int seed, a raw ``uint32[2]`` key or a typed key.
+
+    Example (what ``train(key=...)`` accepts: the three forms name the same key):
+      >>> import jax
+      >>> typed = as_key(0)
+      >>> same = [as_key(jax.random.PRNGKey(0)), as_key(jax.random.key(0))]
+      >>> all(bool((jax.random.key_data(k) == jax.random.key_data(typed)).all()) for k in same)
+      True
+    """
     if isinstance(seed_or_key, (int, np.integer)):
         return jax.random.key(int(seed_or_key))
     if jax.dtypes.issubdtype(seed_or_key.dtype, jax.dtypes.prng_key):
@@ -116,5 +141,14 @@ def as_key(seed_or_key) -> jax.Array:
 
 
 def derive_from_round(round_key_: jax.Array, *, silo, step, purpose: Purpose) -> jax.Array:
-    """The key addressed by ``(silo, step, purpose)`` within a round whose key is given."""
+    """The key addressed by ``(silo, step, purpose)`` within a round whose key is given.
+
+    Example:
+      >>> import jax
+      >>> root = jax.random.key(0)
+      >>> a = derive_from_round(round_key(root, 3), silo=SERVER, step=0, purpose=Purpose.PARTICIPATION)
+      >>> b = derive(root, round=3, silo=SERVER, step=0, purpose=Purpose.PARTICIPATION)
+      >>> bool((jax.random.key_data(a) == jax.random.key_data(b)).all())
+      True
+    """
     return step_key(silo_key(round_key_, silo), step, purpose)
