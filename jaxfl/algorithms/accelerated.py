@@ -37,7 +37,10 @@ class AcsaSchedule(NamedTuple):
     """Per-round AC-SA parameters (host arrays of length ``R``, indexed by the global round).
 
     ``alpha[r]``, ``eta[r]`` (a *proximal weight*, an inverse step size) and ``restart[r]``: at a
-    restart the stage starts from the previous stage's output ``q_{k-1} = w^ag`` (§3.4)."""
+    restart the stage starts from the previous stage's output ``q_{k-1} = w^ag`` (§3.4).
+
+    Example: :func:`acsa_schedule`.
+    """
 
     alpha: np.ndarray
     eta: np.ndarray
@@ -60,7 +63,13 @@ def acsa_schedule(rounds: int, *, smoothness: float, noise_std: float, radius: f
     Lowy & Razaviyayn does not give the convex schedule (digest §7.3 flag 7; it defers to Ghadimi & Lan 2012):
     this is the stage rule of §3.4 with the noise term balanced against ``||w_0 - w*|| <= D`` instead
     of the stage's loss gap -- an inference, documented as such. ``V``: std bound of the aggregated
-    noisy gradient (:func:`gradient_noise_std`)."""
+    noisy gradient (:func:`gradient_noise_std`).
+
+    Example:
+      >>> schedule = acsa_schedule(20, smoothness=0.25, noise_std=1.94, radius=10.0)
+      >>> schedule.alpha[:3].tolist(), bool(schedule.restart.any())            # alpha_r = 2 / (r + 1); one stage
+      ([1.0, 0.6666666666666666, 0.5], False)
+    """
     rounds = int(rounds)
     if rounds < 1 or not smoothness > 0 or not radius > 0 or noise_std < 0:
         raise ValueError(f"need rounds >= 1, smoothness > 0, radius > 0, noise_std >= 0; got {rounds}, "
@@ -78,6 +87,11 @@ def multistage_schedule(rounds: int, *, smoothness: float, mu: float, noise_std:
     2/(r+1)``, ``eta_r = 4 upsilon_k / (r(r+1))`` with ``r`` restarting at 1; stage ``k`` starts from
     ``q_{k-1}`` (the digest flags the paper's ``q_0 = 0`` as a typo for ``q_0 = w_0``, followed here).
     ``gap``: ``Delta >= F(w_0) - F*``; ``noise_std``: ``V``.
+
+    Example (mu 0.1: the first stage restarts at round 0 and runs past 20 rounds):
+      >>> schedule = multistage_schedule(20, smoothness=0.25, mu=0.1, noise_std=0.5, gap=1.0)
+      >>> schedule.restart.nonzero()[0].tolist(), len(schedule.eta)
+      ([0], 20)
     """
     rounds = int(rounds)
     if rounds < 1 or not smoothness > 0 or not mu > 0 or not gap > 0 or noise_std < 0:
@@ -101,7 +115,12 @@ def multistage_schedule(rounds: int, *, smoothness: float, mu: float, noise_std:
 def gradient_noise_std(*, dim: int, sigma: float, silos_per_round: float, batch_size: int, phi2: float = 0.0,
                        upsilon2: float = 0.0, num_silos: int | None = None) -> float:
     """``V`` with ``V^2 = phi^2/(MK) + (upsilon^2/M) 1{N>1} (N-M)/(N-1) + d sigma^2/M`` (Lemma E.3): the
-    aggregated noisy gradient's deviation (local sampling, silo sampling, Gaussian noise)."""
+    aggregated noisy gradient's deviation (local sampling, silo sampling, Gaussian noise).
+
+    Example (Gaussian noise alone: ``sqrt(d sigma^2 / M)``):
+      >>> round(gradient_noise_std(dim=3, sigma=0.1, silos_per_round=4, batch_size=10), 6)
+      0.086603
+    """
     m = float(silos_per_round)
     n_silos = m if num_silos is None else float(num_silos)
     het = upsilon2 / m * (n_silos - m) / (n_silos - 1) if n_silos > 1 else 0.0
@@ -110,7 +129,10 @@ def gradient_noise_std(*, dim: int, sigma: float, silos_per_round: float, batch_
 
 class AcceleratedState(NamedTuple):
     """AC-SA server state: ``params`` is ``w^ag_r`` (the output), ``prox`` is ``w_r``, ``anchor`` is
-    ``w_0`` (for the regularizer), ``pass_seed`` the key data fixing one-pass batch orders."""
+    ``w_0`` (for the regularizer), ``pass_seed`` the key data fixing one-pass batch orders.
+
+    Example: :func:`accelerated_minibatch_sgd` (``result.state``).
+    """
 
     params: Any
     prox: Any
@@ -243,6 +265,21 @@ def accelerated_minibatch_sgd(loss_fn, *, schedule: AcsaSchedule, batch_size: in
         passes; noise as Alg. 2 (:func:`calibrate_minibatch_sgd`), accounted by ``"lowy"``.
       microbatch: the clipped sum taken in slices of this many records (``"auto"``, ``None`` or an int, as in
         :func:`jaxfl.algorithms.sgd.minibatch_sgd`; memory and speed only).
+
+    Example (one pass over disjoint batches of 10 at (1, 1e-5) per silo: the run costs one round's epsilon):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> from jaxfl.algorithms.noisy_sgd import calibrate_one_pass
+      >>> cal = calibrate_one_pass(clip_norm=1.0, counts=data.counts, batch_size=10, epsilon=1.0, delta=1e-5)
+      >>> schedule = acsa_schedule(20, smoothness=0.25, noise_std=cal.sigma, radius=10.0)
+      >>> algorithm = accelerated_minibatch_sgd(logistic_loss, schedule=schedule, batch_size=10, clip_norm=1.0,
+      ...                                       noise_multiplier=cal.noise_multiplier)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, accountant="pld", progress=False)
+      >>> result.epsilon < 1.0, float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.8
+      (True, True)
     """
     participation = participation_argument(participation, silos_per_round, "accelerated_minibatch_sgd")
     private = check_private_args(clip_norm, noise_multiplier)

@@ -65,6 +65,18 @@ def shuffled_minibatch_sgd(loss_fn, *, step_size, clip_norm: float, noise_multip
     (:class:`jaxfl.accounting.shuffle_model.ShuffledGaussianDpEvent`, accountant ``"shuffle"``; Lowy & Razaviyayn
     leaves the constant ``C`` of its sigma unspecified, so jaxfl accounts the chain numerically instead).
     Get both from :func:`jaxfl.engine.driver.make_ledger` (``central=True`` for the second).
+
+    Example (four silos report a clipped noisy gradient of one record each round, shuffled):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = shuffled_minibatch_sgd(logistic_loss, step_size=0.5, clip_norm=1.0, noise_multiplier=1.0,
+      ...                                    participation=4)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.7
+      True
     """
     participation = participation_argument(participation, silos_per_round, "shuffled_minibatch_sgd")
     if not isinstance(participation, (int, np.integer)):

@@ -85,6 +85,8 @@ class VarianceReducedState(NamedTuple):
         of the run (``output="uniform"``; for PL-SVRG, of the current restart).
       seed: ``uint32`` key data kept across rounds: the epoch's participation key (SVRG), the key that
         fixes one-pass batch orders (prox-SGD).
+
+    Example: :func:`fedprox_spider` (``result.state``).
     """
 
     params: Any
@@ -97,7 +99,10 @@ class VarianceReducedState(NamedTuple):
 
 
 def output_params(state: VarianceReducedState):
-    """The model the algorithm reports (its ``output`` rule), e.g. for evaluation."""
+    """The model the algorithm reports (its ``output`` rule), e.g. for evaluation.
+
+    Example: :func:`fedprox_svrg`.
+    """
     return state.output
 
 
@@ -431,6 +436,18 @@ def fedprox_spider(loss_fn, *, step_size, phase_length, clip_norm, batch_size: i
     Privacy per silo and round: a sampled Gaussian ``z1`` at checkpoints, ``z2`` otherwise, composed
     round by round through a :class:`~jaxfl.accounting.ledger.RoundCycleDpEvent` (``"lowy"`` for draws
     with replacement, ``"rdp"`` for full batches).
+
+    Example (a checkpoint every 5 rounds; no delta given, so no ledger is built):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = fedprox_spider(logistic_loss, step_size=0.5, phase_length=5, clip_norm=1.0, batch_size=20,
+      ...                            noise_multiplier=2.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> int(result.state.round), float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.7
+      (20, True)
     """
     participation = participation_argument(participation, silos_per_round, "fedprox_spider")
     private = check_private_args(clip_norm, noise_multiplier)
@@ -482,6 +499,17 @@ def noisy_prox_sgd(loss_fn, *, step_size, batch_size: int | None, clip_norm, noi
     (``z = sigma K / C``; the events state it for replace-one neighbours). ``"with_replacement"``: ``K``
     draws with replacement every round (rounds compose). ``"full"`` (``batch_size=None``): see
     :func:`noisy_prox_gd`.
+
+    Example (one pass over disjoint batches of 10: each record is used once, so the run costs one round):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = noisy_prox_sgd(logistic_loss, step_size=0.5, batch_size=10, clip_norm=1.0, noise_multiplier=2.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, accountant="pld", progress=False)
+      >>> round(result.epsilon, 2), float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.8
+      (4.38, True)
     """
     participation = participation_argument(participation, silos_per_round, "noisy_prox_sgd")
     private = check_private_args(clip_norm, noise_multiplier)
@@ -507,7 +535,19 @@ def noisy_prox_gd(loss_fn, *, step_size, clip_norm, noise_multiplier=0.0, prox=N
                   silos_per_round=None,
                   output: str = "last", microbatch="auto", name: str | None = None) -> FederatedAlgorithm:
     """ISRL-DP noisy distributed proximal gradient descent: :func:`noisy_prox_sgd` on full local batches
-    (every round uses every record; rounds compose, e.g. by ``"rdp"``)."""
+    (every round uses every record; rounds compose, e.g. by ``"rdp"``).
+
+    Example (every record in every round: 20 rounds compose):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = noisy_prox_gd(logistic_loss, step_size=0.5, clip_norm=1.0, noise_multiplier=5.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, progress=False)
+      >>> round(result.epsilon, 2), float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.8
+      (9.37, True)
+    """
     participation = participation_argument(participation, silos_per_round, "noisy_prox_gd")
     private = not is_zero(noise_multiplier)
     return noisy_prox_sgd(loss_fn, step_size=step_size, batch_size=None, clip_norm=clip_norm,
@@ -533,6 +573,18 @@ def fedprox_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, clip
     Privacy per silo: a full-batch Gaussian ``z1`` per epoch and a with-replacement sampled Gaussian ``z2``
     per round (accountant ``"lowy"``). Theorem E.2's sigmas:
     :func:`jaxfl.accounting.variance_reduced_noise.sigma_pl_svrg`.
+
+    Example (epochs of 5 rounds; the reported model is a uniformly drawn iterate, :func:`output_params`):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = fedprox_svrg(logistic_loss, step_size=0.5, batch_size=20, epoch_length=5, clip_norm=1.0,
+      ...                          noise_multiplier=2.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(output_params(result.state), x.reshape(-1, 3), y.reshape(-1))) > 0.8
+      True
     """
     participation = participation_argument(participation, silos_per_round, "fedprox_svrg")
     private = check_private_args(clip_norm, noise_multiplier)
