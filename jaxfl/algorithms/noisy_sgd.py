@@ -284,7 +284,8 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
       >>> cal = calibrate_minibatch_sgd(clip_norm=1.0, counts=data.counts, rounds=20, epsilon=8.0, delta=1e-5)
       >>> algorithm = noisy_minibatch_sgd(logistic_loss, step_size=0.5, batch_size=cal.batch_size, clip_norm=1.0,
       ...                                 noise_multiplier=cal.noise_multiplier)
-      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, accountant="lowy", progress=False)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, accountant="lowy",
+      ...                      progress=False)
       >>> result.epsilon < 8.0, float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.8
       (True, True)
     """
@@ -334,10 +335,12 @@ def noisy_local_sgd(loss_fn, *, step_size, local_steps: int, clip_norm: float, n
       >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
       >>> y = (x[..., 0] > 0).astype(np.float32)
       >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
-      >>> cal = calibrate_local_sgd(clip_norm=1.0, counts=data.counts, rounds=20, local_steps=5, epsilon=1.0, delta=1e-5)
+      >>> cal = calibrate_local_sgd(clip_norm=1.0, counts=data.counts, rounds=20, local_steps=5, epsilon=1.0,
+      ...                           delta=1e-5)
       >>> algorithm = noisy_local_sgd(logistic_loss, step_size=0.5, local_steps=5, clip_norm=1.0,
       ...                             noise_multiplier=cal.noise_multiplier)
-      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, accountant="lowy", progress=False)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, delta=1e-5, accountant="lowy",
+      ...                      progress=False)
       >>> result.epsilon, float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.8
       (inf, True)
     """
