@@ -57,7 +57,10 @@ _tmap = jax.tree_util.tree_map
 class AsyncServer(NamedTuple):
     """``params``: the server's ``v_hat``; ``ring``: the broadcast models clients may still accept (leaves
     ``[ring, ...]``, broadcast ``k`` in slot ``k % ring``); ``k``: broadcasts sent; ``slice``: slices run;
-    ``base``: the run's round-0 key data; ``applied [n]``: messages applied per client."""
+    ``base``: the run's round-0 key data; ``applied [n]``: messages applied per client.
+
+    Example: :func:`latest_broadcast` (``result.state.server``).
+    """
 
     params: Any
     ring: Any
@@ -73,7 +76,10 @@ class AsyncClients(NamedTuple):
     ``i % outbox``), the ``round`` and ``step`` within it, the newest accepted broadcast ``k_old``, and ``sent``,
     the sum of every message sent (what the server must have subtracted once all arrived). With
     ``sampling="poisson"``: ``pending``, a broadcast accepted mid-round (``v_hat_k``, the next round's start
-    once the round's message is subtracted), and ``has_pending [n]``; None otherwise."""
+    once the round's message is subtracted), and ``has_pending [n]``; None otherwise.
+
+    Example: :func:`async_sgd`.
+    """
 
     model: Any
     partial: Any
@@ -87,6 +93,9 @@ class AsyncClients(NamedTuple):
 
 
 class SyncServer(NamedTuple):
+    """:func:`sync_sgd`'s server: the model ``params``, rounds run and the run's round-0 key data ``base``.
+    Example: :func:`sync_sgd`."""
+
     params: Any
     round: jnp.ndarray
     base: jnp.ndarray
@@ -458,7 +467,10 @@ def _synchronous_round(client: _Client, scale, base, params, at, rnd, data, size
 
 class DelayedServer(NamedTuple):
     """``params``: ``w`` after the rounds run; ``ring``: the models at the starts of the last ``d + 1`` rounds
-    (round ``i``'s in slot ``i % (d + 1)``); ``round``; ``base``: the run's round-0 key data."""
+    (round ``i``'s in slot ``i % (d + 1)``); ``round``; ``base``: the run's round-0 key data.
+
+    Example: :func:`delayed_sgd`.
+    """
 
     params: Any
     ring: Any
@@ -522,7 +534,24 @@ def _bcast(mask, like):
 def latest_broadcast(state: SiloState):
     """The newest model the server has broadcast, ``v_hat_k`` at ``k = state.server.k`` (the initial model
     before the first broadcast): what clients train from, and what the paper's figures plot per round.
-    ``state.params`` (``v_hat``) may also hold messages of rounds still open."""
+    ``state.params`` (``v_hat``) may also hold messages of rounds still open.
+
+    Example (the example of :func:`async_sgd`, then the model its clients last received):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.algorithms import async_schedules, async_timeline
+      >>> from jaxfl.data import iid
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (400, 5)))
+      >>> y = (x[:, 0] > 0).astype(np.float32)
+      >>> timeline = async_timeline.simulate(np.full((6, 4), 10), async_timeline.draw_timing(4, 6, seed=0,
+      ...                                    speed_spread=0.3, mean_delay=5.0), lookahead=1)
+      >>> algorithm = async_sgd(logistic_loss, timeline, step_size=async_schedules.step_size("constant", 0.05))
+      >>> result = jaxfl.train(algorithm, iid(x, y, num_silos=4, seed=0), init_linear(5), rounds=timeline.num_slices,
+      ...                      progress=False)
+      >>> broadcast = latest_broadcast(result.state)
+      >>> int(result.state.server.k) > 0, broadcast["w"].shape
+      (True, (5,))
+    """
     server = state.server
     ring = jax.tree_util.tree_leaves(server.ring)[0].shape[0]
     return _tmap(lambda r: r[server.k % ring], server.ring)

@@ -18,7 +18,10 @@ from jaxfl.engine.protocol import FederatedAlgorithm, ServerState
 
 class AveragedState(NamedTuple):
     """Server state with an averaged output: ``params`` is ``w^_R = sum_r gamma_r w_r / Gamma_R`` over
-    the iterates ``w_0 .. w_{R-1}`` seen so far; ``iterate`` is the inner server state (``w_r``)."""
+    the iterates ``w_0 .. w_{R-1}`` seen so far; ``iterate`` is the inner server state (``w_r``).
+
+    Example: :func:`window_average` (its state is a :class:`WindowState`; :func:`averaged` builds this one).
+    """
 
     params: Any
     iterate: ServerState
@@ -31,6 +34,11 @@ def averaging_weights(kind: str, *, mu: float = 0.0, step_size: float | None = N
     ``"uniform"``: ``gamma_r = 1/R`` (convex, Thm D.1) -> ``1/(r+1)``. ``"stich"``: Lemma D.5's
     ``gamma_r = (1 - mu eta)^{-(r+1)}`` (strongly convex) -> ``(q - 1)/(q - q^{-r})`` with
     ``q = 1/(1 - mu eta)``, computed without overflow.
+
+    Example (uniform averaging: the running mean's update weights):
+      >>> weight = averaging_weights("uniform")
+      >>> [float(weight(r)) for r in range(3)]
+      [1.0, 0.5, 0.3333333333333333]
     """
     if kind == "uniform":
         return lambda r: 1.0 / (r + 1.0)
@@ -43,7 +51,10 @@ def averaging_weights(kind: str, *, mu: float = 0.0, step_size: float | None = N
 
 
 def averaged(init, server_fn, weight_of_round):
-    """Wraps a server so that the output is the running weighted average of the iterates before each step."""
+    """Wraps a server so that the output is the running weighted average of the iterates before each step.
+
+    Example: :func:`jaxfl.algorithms.noisy_sgd.noisy_minibatch_sgd` with ``averaging="uniform"`` uses it.
+    """
 
     def averaged_init(params):
         return AveragedState(params, init(params), jnp.zeros([], jnp.int32))
@@ -62,7 +73,10 @@ class WindowState(NamedTuple):
     ``min(round, window)`` iterates ``w_1 .. w_round`` (``w_0`` before the first round); ``iterate`` is
     the inner algorithm's state (the current iterate, which is what the inner round broadcasts);
     ``recent`` holds leaves ``[window, ...]``, a ring buffer where iterate ``w_r`` sits in slot
-    ``(r - 1) % window``; ``round`` counts the rounds done."""
+    ``(r - 1) % window``; ``round`` counts the rounds done.
+
+    Example: :func:`window_average`.
+    """
 
     params: Any
     iterate: Any
@@ -80,6 +94,18 @@ def window_average(algorithm: FederatedAlgorithm, window: int = 8) -> FederatedA
     ``state.iterate`` (same keys, same broadcast: the current iterate); only the output differs, so the
     privacy statement is the inner one's (post-processing). Works for any algorithm without silo state
     (its round may take scheduled inputs).
+
+    Example (the reported model is the mean of the last two iterates):
+      >>> import jax, numpy as np, optax, jaxfl
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (100, 3)))
+      >>> data = jaxfl.from_silos([(x, (x[:, 0] > 0).astype(np.float32))])
+      >>> inner = jaxfl.minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0))              # full-batch GD
+      >>> two = jaxfl.train(inner, data, init_linear(3), rounds=2, progress=False).params["w"]
+      >>> three = jaxfl.train(inner, data, init_linear(3), rounds=3, progress=False).params["w"]
+      >>> windowed = jaxfl.train(window_average(inner, window=2), data, init_linear(3), rounds=3, progress=False)
+      >>> bool(np.allclose(windowed.params["w"], (two + three) / 2))
+      True
     """
     window = int(window)
     if window < 1:

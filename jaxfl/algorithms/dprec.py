@@ -54,6 +54,8 @@ class DpRecState(NamedTuple):
       seeds: ``uint32[B]``, the last round's client seeds; indices: ``int32[B, M]``, its block indices.
         Together they are the round's whole client-to-server transcript, which the server forwards to
         clients as history (Algs 5/6, :mod:`jaxfl.compression.history`).
+
+    Example: :func:`dp_rec` (``result.state``).
     """
 
     params: object
@@ -64,18 +66,32 @@ class DpRecState(NamedTuple):
 
 
 def client_seed(slot_key) -> jnp.ndarray:
-    """The seed ``R`` a client picks for its codebook: uint32 from ``step_key(slot, 0, CODEC)``."""
+    """The seed ``R`` a client picks for its codebook: uint32 from ``step_key(slot, 0, CODEC)``.
+
+    Example (a public uint32 seed, sent with the message; the Gumbel key is another draw, never derived from it):
+      >>> import jax
+      >>> slot = jax.random.key(0)
+      >>> seed = client_seed(slot)
+      >>> seed.dtype, bool((jax.random.key_data(gumbel_key(slot)) != jax.random.key_data(jax.random.key(int(seed)))).any())
+      (dtype('uint32'), True)
+    """
     return jax.random.bits(keys_lib.step_key(slot_key, 0, keys_lib.Purpose.CODEC), (), jnp.uint32)
 
 
 def gumbel_key(slot_key) -> jax.Array:
     """The client's private key for the categorical (Gumbel-max) choice: ``step_key(slot, 1, CODEC)``,
-    never derived from the seed ``R``."""
+    never derived from the seed ``R``.
+
+    Example: :func:`client_seed`.
+    """
     return keys_lib.step_key(slot_key, 1, keys_lib.Purpose.CODEC)
 
 
 def decoded_mean(seeds, indices, layout: rec.BlockLayout, prior_std) -> jnp.ndarray:
-    """``float32[D]``: the mean over ``B`` messages of their decoded updates (Alg. 4 + aggregation)."""
+    """``float32[D]``: the mean over ``B`` messages of their decoded updates (Alg. 4 + aggregation).
+
+    Example: :func:`server_step`, as :func:`dp_rec` runs it.
+    """
     decoded = jax.vmap(lambda s, k: rec.decode(k, s, layout, prior_std))(seeds, indices)
     return jnp.sum(decoded, axis=0) * (1.0 / seeds.shape[0])
 
@@ -83,7 +99,10 @@ def decoded_mean(seeds, indices, layout: rec.BlockLayout, prior_std) -> jnp.ndar
 def server_step(server_opt: optax.GradientTransformation, unravel: Callable, state: DpRecState, seeds, indices,
                 layout: rec.BlockLayout, prior_std) -> DpRecState:
     """One server update from a round's messages; clients replaying a history use this same function
-    (Alg. 6), so their model equals the server's."""
+    (Alg. 6), so their model equals the server's.
+
+    Example: :func:`dp_rec` (each round's server update; a client replaying the history calls it too).
+    """
     mean = unravel(decoded_mean(seeds, indices, layout, prior_std))
     pseudo_gradient = jax.tree_util.tree_map(jnp.negative, mean)
     updates, opt_state = server_opt.update(pseudo_gradient, state.opt_state, state.params)

@@ -58,7 +58,10 @@ REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
 class AnsgdState(NamedTuple):
     """Server state: ``params`` (shared leaves at the current ``u``, private leaves at their initial
-    values), ``u_sum`` (the sum of the shared iterates ``u^0 .. u^{round-1}``) and ``round`` (= t)."""
+    values), ``u_sum`` (the sum of the shared iterates ``u^0 .. u^{round-1}``) and ``round`` (= t).
+
+    Example: :func:`ansgd`.
+    """
 
     params: Any
     u_sum: Any
@@ -68,7 +71,10 @@ class AnsgdState(NamedTuple):
 class AnsgdSilo(NamedTuple):
     """An owner's state: its current ``x`` (the private part), ``x_sum`` (the sum of its iterates up to
     ``last``, exclusive) and ``last`` (the step up to which ``x_sum`` is summed; ``x`` has not changed
-    since)."""
+    since).
+
+    Example: :func:`ansgd`.
+    """
 
     x: Any
     x_sum: Any
@@ -79,7 +85,12 @@ def paper_noise_multiplier(epsilon: float, delta: float, *, steps: int, records_
                            constant: float = 1.0) -> float:
     """``z = sigma / L = c sqrt(T log(1/delta)) / (eps m n)``: Alg. 1 line 2 (``sigma^2 = L^2 T log(1/delta) /
     (eps^2 m^2 n^2)``) with Lemma 3.2's unspecified constant ``c`` (digest §3.1: Lemma 3.2 as printed lacks
-    the ``L`` and ``m`` factors of line 2; read as ``sigma >= c L sqrt(T log(1/delta)) / (eps m n)``)."""
+    the ``L`` and ``m`` factors of line 2; read as ``sigma >= c L sqrt(T log(1/delta)) / (eps m n)``).
+
+    Example (10 owners of 100 records, T = 10,000 steps, (1, 1e-5), c = 1):
+      >>> round(paper_noise_multiplier(1.0, 1e-5, steps=10_000, records_per_owner=100, owners=10), 4)
+      0.3393
+    """
     epsilon = checks.epsilon("epsilon", epsilon)
     delta = checks.delta("delta", delta, scalar=True)
     steps = checks.positive_int("steps", steps)
@@ -93,7 +104,12 @@ def step_event(noise_multiplier: float, *, records_per_owner: int, owners: int) 
     owner of ``n``, then one record of ``m``), a Gaussian of std ``z L`` on its clipped gradient. One draw
     with replacement is one draw without, so the event is ``SampledWithoutReplacementDpEvent(n m, 1,
     GaussianDpEvent(z))`` under replace-one neighbours, which dp_accounting's RDP accountant supports (the
-    sensitivity ``2 L`` comes from the relation: :func:`jaxfl.accounting.events.clipped_sum_gaussian`)."""
+    sensitivity ``2 L`` comes from the relation: :func:`jaxfl.accounting.events.clipped_sum_gaussian`).
+
+    Example:
+      >>> step_event(1.0, records_per_owner=100, owners=10)
+      SampledWithoutReplacementDpEvent(source_dataset_size=1000, sample_size=1, event=GaussianDpEvent(noise_multiplier=1.0))
+    """
     m = checks.positive_int("records_per_owner", records_per_owner)
     n = checks.positive_int("owners", owners)
     return dp_accounting.SampledWithoutReplacementDpEvent(n * m, 1,
@@ -103,7 +119,12 @@ def step_event(noise_multiplier: float, *, records_per_owner: int, owners: int) 
 def calibrated_noise_multiplier(epsilon: float, delta: float, *, steps: int, records_per_owner: int, owners: int,
                                 accountant: str = "rdp") -> float:
     """The smallest ``z`` whose ``steps`` :func:`step_event` s are (eps, delta)-DP under replace-one
-    neighbours."""
+    neighbours.
+
+    Example (the same setting as :func:`paper_noise_multiplier`'s example, by the RDP accountant):
+      >>> round(calibrated_noise_multiplier(1.0, 1e-5, steps=10_000, records_per_owner=100, owners=10), 3)
+      2.063
+    """
     steps = checks.positive_int("steps", steps)
 
     def event(z):
@@ -117,7 +138,14 @@ def default_schedule(*, records_per_owner: int, owners: int, radius: float, lips
                      epsilon: float, delta: float) -> tuple[int, float]:
     """``(T, eta)``: ``T = m^2 n^2`` (Thm 3.1) and the step size the proof's two bounds balance at (derived in
     digest §3.1; the paper states none): ``eta* = R / (L T sqrt(1/(m n) + l log(1/delta) / (eps^2 m^2 n^2)))``,
-    ``R = sqrt(n D_X^2 + D_U^2)`` the diameter of the joint parameter set, ``l`` the shared dimension."""
+    ``R = sqrt(n D_X^2 + D_U^2)`` the diameter of the joint parameter set, ``l`` the shared dimension.
+
+    Example:
+      >>> steps, eta = default_schedule(records_per_owner=10, owners=4, radius=1.0, lipschitz=1.0, shared_dim=5,
+      ...                               epsilon=1.0, delta=1e-5)
+      >>> steps, round(eta, 5)                                     # T = (m n)^2
+      (1600, 0.00253)
+    """
     m = checks.positive_int("records_per_owner", records_per_owner)
     n = checks.positive_int("owners", owners)
     steps = (m * n) ** 2
@@ -246,7 +274,12 @@ def ansgd(loss_fn, *, shared, learning_rate: float, noise_multiplier: float = 0.
 def nssgd_event(noise_multiplier: float, *, owners: int) -> dp_accounting.DpEvent:
     """One A_NSSGD step as a user of an owner sees it: the owner is one of ``n`` drawn uniformly, then its
     users' mean goes through the private mean estimator (two Gaussians,
-    :func:`jaxfl.privacy.mean_estimation.winsorized_mean_event`); replace-one (user) neighbours."""
+    :func:`jaxfl.privacy.mean_estimation.winsorized_mean_event`); replace-one (user) neighbours.
+
+    Example (an owner drawn among 10, then the private mean's two Gaussians):
+      >>> nssgd_event(1.0, owners=10).source_dataset_size
+      10
+    """
     return dp_accounting.SampledWithoutReplacementDpEvent(checks.positive_int("owners", owners), 1,
                                                           mean_estimation.winsorized_mean_event(noise_multiplier,
                                                                                                 noise_multiplier))

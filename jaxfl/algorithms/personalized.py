@@ -30,7 +30,13 @@ _is_none = lambda v: v is None  # noqa: E731
 
 def shared_labels(shared, params):
     """A tree of Python bools shaped like ``params``: True on shared leaves (see the module docstring).
-    Every leaf may be shared (collaboration on the whole model) or private (per-silo training)."""
+    Every leaf may be shared (collaboration on the whole model) or private (per-silo training).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> shared_labels({"body": "shared", "head": "private"}, {"body": jnp.ones(2), "head": jnp.zeros(1)})
+      {'body': True, 'head': False}
+    """
     if callable(shared):
         def label(path, leaf):
             value = shared(path, leaf)
@@ -48,17 +54,38 @@ def shared_labels(shared, params):
 
 
 def has_leaves(part) -> bool:
-    """Whether a part of :func:`partition` holds any array."""
+    """Whether a part of :func:`partition` holds any array.
+
+    Example:
+      >>> has_leaves({"body": None, "head": None}), has_leaves({"body": None, "head": 1.0})
+      (False, True)
+    """
     return bool(jax.tree_util.tree_leaves(part))
 
 
 def partition(params, labels, want_shared: bool):
-    """The shared (or private) part: ``params`` with ``None`` in place of the other leaves."""
+    """The shared (or private) part: ``params`` with ``None`` in place of the other leaves.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> params = {"body": jnp.ones(2), "head": jnp.zeros(1)}
+      >>> partition(params, {"body": True, "head": False}, want_shared=True)["head"] is None
+      True
+    """
     return _tmap(lambda lab, p: p if lab == want_shared else None, labels, params)
 
 
 def merge(first, second):
-    """Recombines two parts of :func:`partition` (each leaf is set in exactly one of them)."""
+    """Recombines two parts of :func:`partition` (each leaf is set in exactly one of them).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> params = {"body": jnp.ones(2), "head": jnp.zeros(1)}
+      >>> labels = {"body": True, "head": False}
+      >>> merged = merge(partition(params, labels, True), partition(params, labels, False))
+      >>> merged["body"].tolist(), merged["head"].tolist()
+      ([1.0, 1.0], [0.0])
+    """
     return _tmap(lambda a, b: b if a is None else a, first, second, is_leaf=_is_none)
 
 
