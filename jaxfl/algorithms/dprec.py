@@ -72,7 +72,8 @@ def client_seed(slot_key) -> jnp.ndarray:
       >>> import jax
       >>> slot = jax.random.key(0)
       >>> seed = client_seed(slot)
-      >>> seed.dtype, bool((jax.random.key_data(gumbel_key(slot)) != jax.random.key_data(jax.random.key(int(seed)))).any())
+      >>> from_seed = jax.random.key_data(jax.random.key(int(seed)))
+      >>> seed.dtype, bool((jax.random.key_data(gumbel_key(slot)) != from_seed).any())
       (dtype('uint32'), True)
     """
     return jax.random.bits(keys_lib.step_key(slot_key, 0, keys_lib.Purpose.CODEC), (), jnp.uint32)

@@ -108,7 +108,8 @@ def step_event(noise_multiplier: float, *, records_per_owner: int, owners: int) 
 
     Example:
       >>> step_event(1.0, records_per_owner=100, owners=10)
-      SampledWithoutReplacementDpEvent(source_dataset_size=1000, sample_size=1, event=GaussianDpEvent(noise_multiplier=1.0))
+      SampledWithoutReplacementDpEvent(source_dataset_size=1000, sample_size=1,
+                                       event=GaussianDpEvent(noise_multiplier=1.0))
     """
     m = checks.positive_int("records_per_owner", records_per_owner)
     n = checks.positive_int("owners", owners)
