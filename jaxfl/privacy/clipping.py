@@ -94,7 +94,13 @@ def unclipped_flags(unclipped, params) -> tuple[bool, ...] | None:
     """Per leaf of ``params`` (``tree_leaves`` order), whether ``unclipped`` marks it; None when it marks none.
 
     ``unclipped``: None, or a pytree prefix of ``params`` with Python ``bool`` leaves (e.g. ``(False, True)`` for
-    ``params = (clipped_part, plain_part)``); a ``bool`` leaf stands for every leaf of its subtree."""
+    ``params = (clipped_part, plain_part)``); a ``bool`` leaf stands for every leaf of its subtree.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> unclipped_flags((False, True), (jnp.ones(2), jnp.ones(3))), unclipped_flags(None, (jnp.ones(2),))
+      ((False, True), None)
+    """
     if unclipped is None:
         return None
     marks = jax.tree_util.tree_leaves(unclipped)

@@ -52,7 +52,10 @@ from jaxfl.privacy.clipping import (ClippedSum, PerExampleLoss, _clip_factor, _g
 
 class Layer(NamedTuple):
     """A covered layer: its kind, the indices of its parameter leaves in ``tree_leaves(params)`` and,
-    for convolutions, the patch geometry."""
+    for convolutions, the patch geometry.
+
+    Example: :func:`covered_layers`.
+    """
 
     kind: str                  # "dense" or "conv"
     kernel: int                # leaf index of the kernel
@@ -175,7 +178,17 @@ def _exclusive(loss_fn, params, x, y, layers: list[Layer]) -> list[Layer]:
 
 def covered_layers(loss_fn: PerExampleLoss, params, x, y) -> list[Layer]:
     """The layers whose per-example norms :func:`ghost_clipped_grad_sum` computes without per-example
-    gradients, for the per-example loss at one example ``x``, ``y`` (no batch axis)."""
+    gradients, for the per-example loss at one example ``x``, ``y`` (no batch axis).
+
+    Example (a dense layer is covered: its per-example norms come without per-example gradients):
+      >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> from jaxfl.models import per_example_loss, softmax_cross_entropy
+      >>> model = nn.Sequential([nn.Dense(8), nn.relu, nn.Dense(3)])
+      >>> params = model.init(jax.random.key(0), jnp.zeros((1, 5)))
+      >>> [layer.kind for layer in covered_layers(per_example_loss(model, softmax_cross_entropy), params,
+      ...                                         jnp.zeros(5), 0)]
+      ['dense', 'dense']
+    """
     params, x, y = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)),
                                           (params, x, y))
     candidates = _discover(loss_fn, params, x, y)
@@ -362,7 +375,20 @@ def _ghost_pass(loss_fn, params, x, y, layers, flags=None) -> _Pass:
 
 def per_example_norms(loss_fn: PerExampleLoss, params, x, y) -> jnp.ndarray:
     """``[B]`` global L2 norms of each example's gradient of ``loss_fn`` over all of ``params``, ghost
-    norms for the covered layers (``vmap(grad)`` throughout when none is covered)."""
+    norms for the covered layers (``vmap(grad)`` throughout when none is covered).
+
+    Example (against ``vmap(grad)``):
+      >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> from jaxfl.models import per_example_loss, softmax_cross_entropy
+      >>> model = nn.Sequential([nn.Dense(8), nn.relu, nn.Dense(3)])
+      >>> loss = per_example_loss(model, softmax_cross_entropy)
+      >>> params = model.init(jax.random.key(0), jnp.zeros((1, 5)))
+      >>> x, y = jax.random.normal(jax.random.key(1), (4, 5)), jnp.array([0, 1, 2, 0])
+      >>> grads = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(params, x, y)
+      >>> direct = jnp.sqrt(sum(jnp.sum(g.reshape(4, -1) ** 2, axis=1) for g in jax.tree_util.tree_leaves(grads)))
+      >>> bool(jnp.allclose(per_example_norms(loss, params, x, y), direct, rtol=1e-5))
+      True
+    """
     layers = covered_layers(loss_fn, params, x[0], y[0])
     if not layers:
         return _global_norms(per_example_grads(loss_fn, params, x, y))
@@ -382,6 +408,20 @@ def ghost_clipped_grad_sum(loss_fn: PerExampleLoss, params, x, y, mask, clip_nor
     ``unclipped`` (:func:`jaxfl.privacy.clipping.clipped_grad_sum`): the leaves it marks are left out of the
     norms and summed from a backward pass of the same forward weighted by the mask alone (their layers are
     not covered).
+
+    Example (the same clipped sum as :func:`jaxfl.privacy.clipping.clipped_grad_sum`):
+      >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> from jaxfl.models import per_example_loss, softmax_cross_entropy
+      >>> from jaxfl.privacy.clipping import clipped_grad_sum
+      >>> model = nn.Sequential([nn.Dense(8), nn.relu, nn.Dense(3)])
+      >>> loss = per_example_loss(model, softmax_cross_entropy)
+      >>> params = model.init(jax.random.key(0), jnp.zeros((1, 5)))
+      >>> x, y = 3 * jax.random.normal(jax.random.key(1), (4, 5)), jnp.array([0, 1, 2, 0])
+      >>> ghost = ghost_clipped_grad_sum(loss, params, x, y, jnp.ones(4), 0.5)
+      >>> plain = clipped_grad_sum(loss, params, x, y, jnp.ones(4), 0.5)
+      >>> close = jax.tree.map(lambda a, b: bool(jnp.allclose(a, b, atol=1e-5)), ghost.value, plain.value)
+      >>> jax.tree_util.tree_all(close)
+      True
     """
     leaves, treedef = jax.tree_util.tree_flatten(params)
     flags = unclipped_flags(unclipped, params) or (False,) * len(leaves)

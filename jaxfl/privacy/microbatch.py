@@ -57,7 +57,12 @@ def cache_budget_bytes(cache_dir=None) -> int:
     """The ``"auto"`` slices' budget for this machine: a third of CPU 0's last-level cache (the highest level of
     ``cache_dir``; default ``$JAXFL_CPU_CACHE_DIR``, else Linux sysfs's ``cpu0/cache``), kept within
     [:data:`MIN_BUDGET_BYTES`, :data:`MAX_BUDGET_BYTES`] (the bounds are where the slices measured fastest on a
-    32 MiB and a 300 MiB L3); :data:`MIN_BUDGET_BYTES` where the cache cannot be read (no sysfs, another OS)."""
+    32 MiB and a 300 MiB L3); :data:`MIN_BUDGET_BYTES` where the cache cannot be read (no sysfs, another OS).
+
+    Example:
+      >>> MIN_BUDGET_BYTES <= cache_budget_bytes() <= MAX_BUDGET_BYTES
+      True
+    """
     levels = {}
     try:
         for index in Path(_default_cache_dir() if cache_dir is None else cache_dir).glob("index*"):
@@ -105,6 +110,12 @@ def forward_bytes(loss_fn, params, x, y) -> int:
     """Bytes of all intermediate values of ``loss_fn(params, x[0], y[0])`` (one record's forward pass).
 
     ``x, y``: batches ``[batch, ...]`` (arrays or tracers; only shapes and dtypes are read).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> forward_bytes(logistic_loss, init_linear(100), jnp.zeros((8, 100)), jnp.zeros(8)) > 0
+      True
     """
     spec = lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
     row = lambda a: jax.ShapeDtypeStruct(jnp.shape(a)[1:], jnp.result_type(a))
@@ -124,6 +135,14 @@ def microbatch_size(loss_fn, params, x, y, microbatch="auto", *, batch: int | No
         other backends ``batch``. ``None``: ``batch``. An int ``s >= 1``:
         slices of ``s`` records (the last padded).
       budget_bytes: for ``"auto"``; default :data:`BUDGET_BYTES`.
+
+    Example (a batch of 256 records: a fixed slice size, or one slice):
+      >>> import jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x, y = jnp.zeros((256, 100)), jnp.zeros(256)
+      >>> params = init_linear(100)
+      >>> microbatch_size(logistic_loss, params, x, y, 64), microbatch_size(logistic_loss, params, x, y, None)
+      (64, 256)
     """
     batch = int(jnp.shape(x)[0]) if batch is None else int(batch)
     microbatch = check_microbatch(microbatch)
@@ -143,7 +162,16 @@ def microbatch_size(loss_fn, params, x, y, microbatch="auto", *, batch: int | No
 
 def check_microbatch(microbatch):
     """``microbatch`` as :func:`microbatch_size` takes it (``"auto"``, ``None`` or a positive int, returned as
-    ``int``); anything else raises ``ValueError`` naming the value."""
+    ``int``); anything else raises ``ValueError`` naming the value.
+
+    Example:
+      >>> check_microbatch("auto"), check_microbatch(8), check_microbatch(None)
+      ('auto', 8, None)
+      >>> check_microbatch(0)
+      Traceback (most recent call last):
+      ...
+      ValueError: ...
+    """
     if microbatch is None or (isinstance(microbatch, str) and microbatch == "auto"):
         return microbatch
     if isinstance(microbatch, bool) or not isinstance(microbatch, (int, np.integer)) or microbatch < 1:
@@ -160,6 +188,12 @@ def microbatch_sum(fn, size: int, *arrays):
         real inputs; it must give them weight 0, e.g. by multiplying its mask by ``valid``).
       size: records per slice (:func:`microbatch_size`); ``size >= batch`` calls ``fn`` once on the whole batch.
       arrays: batched arrays with the same leading axis ``batch``.
+
+    Example (sums of 10 records in slices of 4: the last slice's 2 padding rows have ``valid`` 0):
+      >>> import jax.numpy as jnp
+      >>> total = microbatch_sum(lambda valid, a: jnp.sum(valid * a), 4, jnp.arange(10.0))
+      >>> float(total)
+      45.0
     """
     batch = arrays[0].shape[0]
     if size >= batch:

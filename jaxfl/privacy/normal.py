@@ -48,7 +48,16 @@ def _rotate_left(x: jnp.ndarray, bits: int) -> jnp.ndarray:
 def threefry2x32(key_data: jnp.ndarray, x0: jnp.ndarray, x1: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Threefry-2x32, 20 rounds (Salmon et al. 2011, as JAX's ``threefry2x32``): the two uint32 output words
     for the counter words ``(x0, x1)`` (uint32 arrays of one shape) under ``key_data`` (``uint32[2]``).
-    Elementwise ``jax.numpy`` ops only, so XLA fuses it with its consumers."""
+    Elementwise ``jax.numpy`` ops only, so XLA fuses it with its consumers.
+
+    Example (JAX's own threefry on the same words):
+      >>> import jax, jax.numpy as jnp
+      >>> key = raw_key_data(jax.random.key(0))
+      >>> ours = threefry2x32(key, jnp.uint32([0]), jnp.uint32([0]))
+      >>> jax_words = jax.extend.random.threefry_2x32(key, jnp.uint32([0, 0]))
+      >>> [int(w[0]) for w in ours] == [int(w) for w in jax_words]
+      True
+    """
     k0, k1 = key_data[0], key_data[1]
     schedule = (k0, k1, k0 ^ k1 ^ _PARITY)
     x0, x1 = x0 + k0, x1 + k1
@@ -62,7 +71,13 @@ def threefry2x32(key_data: jnp.ndarray, x0: jnp.ndarray, x1: jnp.ndarray) -> tup
 
 
 def normal_from_bits(bits: jnp.ndarray) -> jnp.ndarray:
-    """float32 N(0, 1) samples from uint32 ``bits`` (one sample per word)."""
+    """float32 N(0, 1) samples from uint32 ``bits`` (one sample per word).
+
+    Example (the middle word maps to 0; the extremes stay finite):
+      >>> import jax.numpy as jnp
+      >>> [round(float(v), 3) for v in normal_from_bits(jnp.uint32([0, 2**31, 2**32 - 1]))]
+      [-5.42, 0.0, 5.167]
+    """
     unit = lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
     return _SQRT2 * lax.erf_inv(jnp.maximum(2.0 * unit - 1.0, _LOWEST))
 
@@ -77,6 +92,13 @@ def normal_pairs(key_data: jnp.ndarray, rows, pairs) -> tuple[jnp.ndarray, jnp.n
       rows, pairs: integer arrays (broadcast together), each entry < 2**32.
     Returns:
       two float32 arrays of the broadcast shape, i.i.d. N(0, 1) entries.
+
+    Example (the pair (0, 1) of row 0 is the first two samples of :func:`normal_row`):
+      >>> import jax, jax.numpy as jnp
+      >>> key = raw_key_data(jax.random.key(0))
+      >>> even, odd = normal_pairs(key, jnp.array([0]), jnp.array([0]))
+      >>> bool(jnp.array_equal(jnp.stack([even[0], odd[0]]), normal_row(key, 0, 2)))
+      True
     """
     rows, pairs = jnp.broadcast_arrays(jnp.asarray(rows).astype(jnp.uint32), jnp.asarray(pairs).astype(jnp.uint32))
     w0, w1 = threefry2x32(jnp.asarray(key_data, jnp.uint32), rows, pairs)
@@ -84,7 +106,14 @@ def normal_pairs(key_data: jnp.ndarray, rows, pairs) -> tuple[jnp.ndarray, jnp.n
 
 
 def normal_row(key_data: jnp.ndarray, row, size: int) -> jnp.ndarray:
-    """``float32[size]``: samples ``z[row, 0 .. size - 1]`` (``row`` may be traced); O(size) work."""
+    """``float32[size]``: samples ``z[row, 0 .. size - 1]`` (``row`` may be traced); O(size) work.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> key = jax.random.key(0)
+      >>> bool(jnp.array_equal(normal_row(raw_key_data(key), 0, 3), standard_normal(key, (3,))))
+      True
+    """
     pairs = jnp.arange(-(-size // 2), dtype=jnp.uint32)
     rows = jnp.broadcast_to(jnp.asarray(row).astype(jnp.uint32), pairs.shape)
     w0, w1 = threefry2x32(jnp.asarray(key_data, jnp.uint32), rows, pairs)
@@ -92,21 +121,40 @@ def normal_row(key_data: jnp.ndarray, row, size: int) -> jnp.ndarray:
 
 
 def is_threefry(key) -> bool:
-    """Whether ``key`` is a threefry key: typed, or a raw (legacy) ``uint32[2]``."""
+    """Whether ``key`` is a threefry key: typed, or a raw (legacy) ``uint32[2]``.
+
+    Example:
+      >>> import jax
+      >>> is_threefry(jax.random.key(0)), is_threefry(jax.random.PRNGKey(0)), is_threefry(jax.random.key(0, impl="rbg"))
+      (True, True, False)
+    """
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return key.shape == () and str(jax.random.key_impl(key)) == "threefry2x32"
     return key.shape == (2,) and jnp.dtype(key.dtype) == jnp.uint32
 
 
 def raw_key_data(key) -> jnp.ndarray:
-    """``uint32[2]`` words of a threefry key (typed or raw)."""
+    """``uint32[2]`` words of a threefry key (typed or raw).
+
+    Example:
+      >>> import jax
+      >>> raw_key_data(jax.random.key(7)).tolist(), raw_key_data(jax.random.PRNGKey(7)).tolist()
+      ([0, 7], [0, 7])
+    """
     return jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
 
 
 def standard_normal(key: jax.Array, shape, dtype=jnp.float32) -> jnp.ndarray:
     """i.i.d. N(0, 1) of ``shape`` from ``key`` (typed or raw ``uint32[2]``): the samples ``z[0, :]`` of the
     module's layout, reshaped row-major, for a threefry key and float32. Other key implementations and
-    dtypes (e.g. float64 under ``jax_enable_x64``) use ``jax.random.normal``."""
+    dtypes (e.g. float64 under ``jax_enable_x64``) use ``jax.random.normal``.
+
+    Example (the noise every jaxfl mechanism draws, one key per (round, silo, step, purpose)):
+      >>> import jax
+      >>> z = standard_normal(jax.random.key(0), (2, 3))
+      >>> z.shape, z.dtype
+      ((2, 3), dtype('float32'))
+    """
     shape = tuple(int(s) for s in shape)
     size = math.prod(shape)
     if not is_threefry(key) or jnp.dtype(dtype) != jnp.float32 or size >= _MAX_SAMPLES:

@@ -117,7 +117,14 @@ def discrete_gaussian_table(scale: float) -> tuple[np.ndarray, int, float]:
 
 def discrete_gaussian(key: jax.Array, scale: float, shape) -> jnp.ndarray:
     """``int32`` i.i.d. discrete Gaussians of parameter ``scale`` (``s``, lattice steps), from 64 random bits each
-    and a binary search of :func:`discrete_gaussian_table` (64-bit comparisons on ``uint32`` words)."""
+    and a binary search of :func:`discrete_gaussian_table` (64-bit comparisons on ``uint32`` words).
+
+    Example:
+      >>> import jax
+      >>> draws = discrete_gaussian(jax.random.key(0), 2.0, (10_000,))
+      >>> draws.dtype, abs(float(draws.mean())) < 0.1, 1.8 < float(draws.std()) < 2.2
+      (dtype('int32'), True, True)
+    """
     table, offset, _ = discrete_gaussian_table(float(scale))
     shape = tuple(int(n) for n in shape)
     draw = jax.random.bits(key, shape + (table.shape[1],), jnp.uint32)

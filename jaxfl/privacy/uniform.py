@@ -61,7 +61,13 @@ def _unit_floats(bits: jnp.ndarray) -> jnp.ndarray:
 
 def uniform(key, shape=()) -> jnp.ndarray:
     """``jax.random.uniform(key, shape)`` (float32 in [0, 1)), bitwise. (Other bounds are left to
-    ``jax.random``: its ``u (b - a) + a`` rounds differently where XLA contracts it to a fused multiply-add.)"""
+    ``jax.random``: its ``u (b - a) + a`` rounds differently where XLA contracts it to a fused multiply-add.)
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> bool(jnp.array_equal(uniform(jax.random.key(0), (2,)), jax.random.uniform(jax.random.key(0), (2,))))
+      True
+    """
     shape = _shape(shape)
     if not _fast(key) or math.prod(shape) >= 2**32:
         return jax.random.uniform(key, shape)
@@ -69,7 +75,14 @@ def uniform(key, shape=()) -> jnp.ndarray:
 
 
 def bernoulli(key, p, shape=None) -> jnp.ndarray:
-    """``jax.random.bernoulli(key, p, shape)`` for a float32 (or Python float) ``p``, bitwise."""
+    """``jax.random.bernoulli(key, p, shape)`` for a float32 (or Python float) ``p``, bitwise.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> key = jax.random.key(0)
+      >>> bool(jnp.array_equal(bernoulli(key, 0.5, (4,)), jax.random.bernoulli(key, 0.5, (4,))))
+      True
+    """
     p = jnp.asarray(p)
     if p.dtype != jnp.float32:
         return jax.random.bernoulli(key, p, shape)
@@ -81,7 +94,14 @@ def randint(key, shape, minval, maxval) -> jnp.ndarray:
     """``jax.random.randint(key, shape, minval, maxval)`` for int32 results (JAX's default without x64) and
     int32 (or Python int within int32) bounds, bitwise: ``minval + ((hi mod s) m + lo mod s) mod s`` in uint32
     arithmetic, ``s = maxval - minval`` (1 where ``maxval <= minval``), ``m = (2**16 mod s)**2 mod s``, ``hi`` /
-    ``lo`` the words of the key's two halves."""
+    ``lo`` the words of the key's two halves.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> key = jax.random.key(0)
+      >>> bool(jnp.array_equal(randint(key, (3,), 0, 10), jax.random.randint(key, (3,), 0, 10)))
+      True
+    """
     shape = _shape(shape)
     int32_bounds = _is_int32(minval) and _is_int32(maxval)
     if not _fast(key) or not int32_bounds or jax.config.jax_enable_x64 or math.prod(shape) >= 2**32:
