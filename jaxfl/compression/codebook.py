@@ -25,21 +25,40 @@ from jaxfl.privacy import normal
 
 
 def seed_key(seed) -> jax.Array:
-    """The threefry key of a client seed ``R`` (uint32 scalar, may be traced)."""
+    """The threefry key of a client seed ``R`` (uint32 scalar, may be traced).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> jax.random.key_data(seed_key(jnp.uint32(7))).tolist()
+      [0, 7]
+    """
     data = jnp.stack([jnp.zeros([], jnp.uint32), jnp.asarray(seed, jnp.uint32)])
     return jax.random.wrap_key_data(data, impl="threefry2x32")
 
 
 def block_key(seed, block) -> jnp.ndarray:
-    """``uint32[2]`` raw key of block ``block`` (int, may be traced) of seed ``seed``'s codebook."""
+    """``uint32[2]`` raw key of block ``block`` (int, may be traced) of seed ``seed``'s codebook.
+
+    Example: :func:`codebook_row`.
+    """
     return jax.random.key_data(keys_lib.fold_in(seed_key(seed), block))
 
 
 def codebook_row(key: jnp.ndarray, row, size: int) -> jnp.ndarray:
-    """Row ``row`` (int, may be traced) of a block's codebook: float32[size], O(size) work and memory."""
+    """Row ``row`` (int, may be traced) of a block's codebook: float32[size], O(size) work and memory.
+
+    Example (a row drawn alone equals that row of the materialized codebook):
+      >>> import jax.numpy as jnp
+      >>> key = block_key(jnp.uint32(7), 0)
+      >>> bool(jnp.array_equal(codebook_row(key, 2, 3), codebook(key, 4, 3)[2]))
+      True
+    """
     return normal.normal_row(key, row, size)
 
 
 def codebook(key: jnp.ndarray, num_rows: int, size: int) -> jnp.ndarray:
-    """The whole ``float32[num_rows, size]`` codebook of a block, materialized (reference and tests only)."""
+    """The whole ``float32[num_rows, size]`` codebook of a block, materialized (reference and tests only).
+
+    Example: :func:`codebook_row`.
+    """
     return jax.vmap(lambda row: normal.normal_row(key, row, size))(jnp.arange(num_rows, dtype=jnp.uint32))
