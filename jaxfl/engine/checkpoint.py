@@ -13,6 +13,15 @@ class Checkpointer:
 
     Saves are synchronous and atomic (orbax writes to a temporary directory and renames), so a run
     killed at any point leaves its last completed checkpoint readable.
+
+    Example:
+      >>> import tempfile, jax.numpy as jnp
+      >>> checkpoints = Checkpointer(tempfile.mkdtemp())
+      >>> checkpoints.save(3, {"w": jnp.ones(2)}, {"round": 3})
+      >>> state, meta = checkpoints.restore(checkpoints.latest_step(), {"w": jnp.zeros(2)})
+      >>> state["w"].tolist(), meta
+      ([1.0, 1.0], {'round': 3})
+      >>> checkpoints.close()
     """
 
     def __init__(self, directory: str | os.PathLike, max_to_keep: int = 2):

@@ -73,14 +73,33 @@ def run_rounds(algorithm: FederatedAlgorithm, state, data: FederatedData, root_k
 
 
 def schedule_slice(algorithm: FederatedAlgorithm, start: int, num_rounds: int):
-    """Host slice ``schedule[start : start + num_rounds]`` of a scheduled algorithm (None otherwise)."""
+    """Host slice ``schedule[start : start + num_rounds]`` of a scheduled algorithm (None otherwise).
+
+    Example (an unscheduled algorithm has none):
+      >>> import optax, jaxfl
+      >>> from jaxfl.models import logistic_loss
+      >>> schedule_slice(jaxfl.minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0)), 0, 10) is None
+      True
+    """
     if algorithm.schedule is None:
         return None
     return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf)[start:start + num_rounds], algorithm.schedule)
 
 
 def check_schedule(algorithm: FederatedAlgorithm, rounds: int) -> None:
-    """Raises ValueError when ``rounds`` rounds would run past the algorithm's schedule."""
+    """Raises ValueError when ``rounds`` rounds would run past the algorithm's schedule.
+
+    Example (the asynchronous protocol's schedule covers its timeline's slices only):
+      >>> import numpy as np
+      >>> from jaxfl.algorithms import async_schedules, async_timeline, async_sgd
+      >>> from jaxfl.models import logistic_loss
+      >>> timeline = async_timeline.simulate(np.full((2, 2), 3), async_timeline.draw_timing(2, 2))
+      >>> algorithm = async_sgd(logistic_loss, timeline, step_size=async_schedules.step_size("constant", 0.1))
+      >>> check_schedule(algorithm, timeline.num_slices + 1)
+      Traceback (most recent call last):
+      ...
+      ValueError: ...
+    """
     length = schedule_length(algorithm)
     if length is not None and rounds > length:
         raise ValueError(f"rounds={rounds} runs past the schedule of {algorithm.name!r}, which covers {length} rounds")

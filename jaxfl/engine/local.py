@@ -40,6 +40,10 @@ silo per block of steps; blocks of fewer than 2 steps fall back to calling ``dra
 
 
 class Batch(NamedTuple):
+    """A minibatch as :func:`noisy_batch_gradient` takes it: records ``x``, ``y`` with per-record ``weights``
+    (0 on padding and unsampled rows) and the public ``denominator`` the clipped sum is divided by. Example:
+    :func:`noisy_batch_gradient`."""
+
     x: jnp.ndarray  # [b, ...]
     y: jnp.ndarray  # [b, ...]
     weights: jnp.ndarray  # [b]; 0 on padding / unsampled records
@@ -71,6 +75,8 @@ class Sampler(NamedTuple):
     (``"auto"``, ``None`` or an int: :func:`jaxfl.privacy.microbatch.microbatch_size`); it changes memory and
     speed, not the sample or (beyond float rounding) the sum.
     ``sampler(key, x, y, count)`` is ``sampler.take(sampler.draw(key, count, len(x)), x, y, count)``.
+
+    Example: :func:`make_sampler`.
     """
 
     kind: str
@@ -143,7 +149,14 @@ def make_sampler(batch_size: int | None = None, sampling_rate=None, chunk="auto"
     records at a time when given: see :class:`Sampler`); neither -> full batch. ``microbatch``: how the
     step's clipped sum is sliced; ``expected_batch_size``: the public constant a Poisson or full-batch sum is
     divided by, which makes the step add/remove-one private (:class:`Sampler`; a positive number, may be
-    traced)."""
+    traced).
+
+    Example:
+      >>> make_sampler(sampling_rate=0.1, expected_batch_size=10.0)
+      Sampler(kind='poisson', batch_size=None, rate=0.1, chunk='auto', microbatch='auto', expected_batch_size=10.0)
+      >>> make_sampler(batch_size=8).kind, make_sampler().kind
+      ('with_replacement', 'full')
+    """
     sampler = _sampler(batch_size, sampling_rate, chunk)._replace(microbatch=check_microbatch(microbatch))
     if expected_batch_size is not None:
         if sampler.kind == "with_replacement":
@@ -184,7 +197,12 @@ def gather_chunk(sampler: Sampler, max_records: int) -> int | None:
     sample ``q n`` is at most half the silo (``n = max_records``), in chunks of its mean plus three standard
     deviations rounded up to 8 (one pass in almost every step: O(q n) gradient work, not O(n)); a rate known only
     when the program runs (a sweep over rates, ``PerRound`` rates) takes the masked pass, as does a rate above
-    one half (gathering would save little). An int is that chunk; None the masked pass."""
+    one half (gathering would save little). An int is that chunk; None the masked pass.
+
+    Example (rate 0.01 of 10,000 records: gather 136 at a time, far above the expected 100, not all 10,000):
+      >>> gather_chunk(make_sampler(sampling_rate=0.01), 10_000), gather_chunk(make_sampler(sampling_rate=0.5), 100)
+      (136, 72)
+    """
     if sampler.kind != "poisson" or sampler.chunk is None:
         return None
     if sampler.chunk != "auto":
@@ -208,6 +226,8 @@ def step_draws(sampler: Sampler, silo_key, count, max_records: int, params, nois
       ``draw_fn(step) -> (sampler randomness, unit noise or None)``: :meth:`Sampler.draw` from
       ``step_key(silo_key, step, MINIBATCH)`` and ``gaussian_like(step_key(silo_key, step, NOISE),
       params, 1.0)``.
+
+    Example: :func:`local_steps` (``draw_fn``), as :func:`jaxfl.algorithms.sgd.local_sgd` builds it.
     """
 
     def draw_fn(step):
@@ -229,6 +249,17 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
     Python ``0`` draws no noise at all).
 
     Returns ``(gradient, info)`` with ``info["clipped_fraction"]``.
+
+    Example (DP-SGD's step: Poisson rate 0.1, clip 1, noise multiplier 1, divided by the expected batch 10):
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = jax.random.normal(jax.random.key(0), (100, 3))            # one silo of 100 records
+      >>> y = (x[:, 0] > 0).astype(jnp.float32)
+      >>> sampler = make_sampler(sampling_rate=0.1, expected_batch_size=10.0)
+      >>> grad, info = noisy_gradient(logistic_loss, init_linear(3), x, y, 100, jax.random.key(1), 0, sampler=sampler,
+      ...                             clip_norm=1.0, noise_multiplier=1.0)
+      >>> grad["w"].shape, sorted(info)
+      ((3,), ['clipped_fraction'])
     """
     if drawn is None:
         drawn = step_draws(sampler, silo_key, count, x.shape[0], params, noise_multiplier)(step)
@@ -250,6 +281,8 @@ def noisy_and_plain_gradients(loss_fn, noised, plain, x, y, count, silo_key, ste
     pass is the one saved (for Huang et al.'s joint DP, a whole CNN forward per step).
 
     Returns ``((noisy gradient like noised, plain gradient like plain), info)``.
+
+    Example: :func:`noisy_gradient` (the same call with a second, plain part).
     """
     if drawn is None:
         drawn = step_draws(sampler, silo_key, count, x.shape[0], noised, noise_multiplier)(step)
@@ -279,7 +312,19 @@ def _step_sum(loss_fn, params, x, y, count, minibatch, *, sampler: Sampler, clip
 def noisy_batch_gradient(loss_fn, params, batch: Batch, noise_key, *, clip_norm, noise_multiplier,
                          microbatch="auto"):
     """``(sum_j w_j clip(g_j, C) + N(0, (z C)^2 I)) / batch.denominator`` for a given minibatch (the
-    part of :func:`noisy_gradient` after sampling; for samplers that need more than a step key)."""
+    part of :func:`noisy_gradient` after sampling; for samplers that need more than a step key).
+
+    Example (a given batch of 10 records, no noise: the mean of the clipped gradients):
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = jax.random.normal(jax.random.key(0), (100, 3))            # one silo of 100 records
+      >>> y = (x[:, 0] > 0).astype(jnp.float32)
+      >>> batch = Batch(x[:10], y[:10], jnp.ones(10), jnp.float32(10.0))
+      >>> grad, info = noisy_batch_gradient(logistic_loss, init_linear(3), batch, jax.random.key(2), clip_norm=1.0,
+      ...                                   noise_multiplier=0.0)
+      >>> grad["w"].shape, float(info["clipped_fraction"]) <= 1.0
+      ((3,), True)
+    """
     unit_noise = unit_noise_like(noise_key, params, noise_multiplier)  # None for a Python 0 multiplier
     summed = clipped_grad_sum(loss_fn, params, batch.x, batch.y, batch.weights, clip_norm, microbatch=microbatch)
     return _noisy_mean(summed, unit_noise, batch.denominator, clip_norm, noise_multiplier)
@@ -319,6 +364,19 @@ def local_steps(params, *, num_steps: int, client_opt: optax.GradientTransformat
         ``step`` only, evaluated ahead of the loop for blocks of steps (see the module docstring).
 
     Returns ``(final_params, info averaged over steps)``.
+
+    Example (five full-batch gradient steps; ``gradient_fn`` returns the step's gradient and facts):
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = jax.random.normal(jax.random.key(0), (100, 3))            # one silo of 100 records
+      >>> y = (x[:, 0] > 0).astype(jnp.float32)
+      >>> import optax
+      >>> def gradient_fn(params, step, drawn):
+      ...     loss, grad = mean_loss_and_grad(logistic_loss, params, x, y, jnp.ones(100))
+      ...     return grad, {"loss": loss}
+      >>> params, info = local_steps(init_linear(3), num_steps=5, client_opt=optax.sgd(1.0), gradient_fn=gradient_fn)
+      >>> float(mean_loss_and_grad(logistic_loss, params, x, y, jnp.ones(100))[0]) < 0.6931      # below log 2
+      True
     """
     num_steps = int(num_steps)
 
@@ -367,6 +425,16 @@ def mean_loss_and_grad(loss_fn, params, x, y, mask, *, microbatch="auto"):
         never). The same value to float rounding.
     Returns:
       ``(loss, grad)``.
+
+    Example (zero parameters: every record's loss is log 2; the masked half does not count):
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = jax.random.normal(jax.random.key(0), (100, 3))            # one silo of 100 records
+      >>> y = (x[:, 0] > 0).astype(jnp.float32)
+      >>> mask = (jnp.arange(100) < 50).astype(jnp.float32)
+      >>> loss, grad = mean_loss_and_grad(logistic_loss, init_linear(3), x, y, mask)
+      >>> round(float(loss), 4), grad["w"].shape
+      (0.6931, (3,))
     """
     size = microbatch_size(loss_fn, params, x, y, microbatch)
     per_example = jax.vmap(for_backend(loss_fn), in_axes=(None, 0, 0))
@@ -400,6 +468,17 @@ def local_epochs(loss_fn, params, x, y, count, silo_key, *, client_opt: optax.Gr
       microbatch: each step's gradient taken in slices of records (:func:`mean_loss_and_grad`).
     Returns:
       ``(params, mean training loss over the steps taken)``.
+
+    Example (two epochs in minibatches of 10):
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = jax.random.normal(jax.random.key(0), (100, 3))            # one silo of 100 records
+      >>> y = (x[:, 0] > 0).astype(jnp.float32)
+      >>> import optax
+      >>> params, _ = local_epochs(logistic_loss, init_linear(3), x, y, 100, jax.random.key(3),
+      ...                          client_opt=optax.sgd(0.5), batch_size=10, epochs=2)
+      >>> float(mean_loss_and_grad(logistic_loss, params, x, y, jnp.ones(100))[0]) < 0.5
+      True
     """
     batch_size, epochs = int(batch_size), int(epochs)
     if batch_size < 1 or epochs < 1:

@@ -17,6 +17,15 @@ class MetricsWriter:
     """Writes dicts as JSON lines to ``path``; ``truncate_after(r)`` drops lines past round ``r``.
 
     Each line is flushed and fsync'ed, so a killed run keeps everything it reported.
+
+    Example:
+      >>> import pathlib, tempfile
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
+      >>> writer = MetricsWriter(path)
+      >>> writer.write({"round": 1, "loss": 0.5}); writer.write({"round": 2, "loss": 0.4})
+      >>> writer.truncate_after(1)                               # a run resumed from round 1
+      >>> read_metrics(path)
+      [{'round': 1, 'loss': 0.5}]
     """
 
     def __init__(self, path: str | os.PathLike | None):
@@ -42,5 +51,8 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """All records of a JSONL metrics file."""
+    """All records of a JSONL metrics file.
+
+    Example: :class:`MetricsWriter`.
+    """
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -160,7 +160,16 @@ def initial_state(algorithm: FederatedAlgorithm, params, num_silos: int):
 
 def silo_models_of(algorithm: FederatedAlgorithm, state, num_silos: int):
     """Every silo's own model (leaves ``[num_silos, ...]``): ``algorithm.silo_params(state)``, or the shared
-    ``state.params`` repeated when the algorithm keeps no per-silo parameters."""
+    ``state.params`` repeated when the algorithm keeps no per-silo parameters.
+
+    Example (an algorithm without per-silo parameters: the shared model, once per silo):
+      >>> import optax, jaxfl
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> algorithm = jaxfl.minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0))
+      >>> state = initial_state(algorithm, init_linear(3), 4)
+      >>> silo_models_of(algorithm, state, 4)["w"].shape
+      (4, 3)
+    """
     own = None if algorithm.silo_params is None else algorithm.silo_params(state)
     if own is not None:
         return own
@@ -168,7 +177,14 @@ def silo_models_of(algorithm: FederatedAlgorithm, state, num_silos: int):
 
 
 def schedule_length(algorithm: FederatedAlgorithm) -> int | None:
-    """Rounds covered by the algorithm's schedule (None: unscheduled)."""
+    """Rounds covered by the algorithm's schedule (None: unscheduled).
+
+    Example:
+      >>> import optax, jaxfl
+      >>> from jaxfl.models import logistic_loss
+      >>> schedule_length(jaxfl.minibatch_sgd(logistic_loss, server_opt=optax.sgd(1.0))) is None
+      True
+    """
     if algorithm.schedule is None:
         return None
     leaves = jax.tree_util.tree_leaves(algorithm.schedule)

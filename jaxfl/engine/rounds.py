@@ -323,14 +323,28 @@ def _server_step(state, aggregate, info_sums, total, round_key, counts, server_f
 
 
 def occurrences(silos: jnp.ndarray) -> jnp.ndarray:
-    """``int32[B]``: how many earlier slots drew the same silo (0 for a silo's first slot)."""
+    """``int32[B]``: how many earlier slots drew the same silo (0 for a silo's first slot).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> occurrences(jnp.array([2, 0, 2, 2, 1])).tolist()
+      [0, 0, 1, 2, 0]
+    """
     b = silos.shape[0]
     earlier = jnp.arange(b)[None, :] < jnp.arange(b)[:, None]
     return jnp.sum(earlier & (silos[None, :] == silos[:, None]), axis=1).astype(jnp.int32)
 
 
 def slot_key(round_key, silo, occurrence) -> jax.Array:
-    """Key of a silo's ``occurrence``-th slot in a round: ``fold_in(silo_key(round, silo), occurrence)``."""
+    """Key of a silo's ``occurrence``-th slot in a round: ``fold_in(silo_key(round, silo), occurrence)``.
+
+    Example (a silo drawn twice gets two keys):
+      >>> import jax
+      >>> round_key = jax.random.key(0)
+      >>> first, second = slot_key(round_key, 2, 0), slot_key(round_key, 2, 1)
+      >>> bool((jax.random.key_data(first) != jax.random.key_data(second)).any())
+      True
+    """
     return keys_lib.fold_in(keys_lib.silo_key(round_key, silo), occurrence)
 
 
@@ -350,6 +364,8 @@ def make_slot_round(client_fn: ClientFn, server_fn: ServerFn, slots, *,
     ``batch_size``) instead of all ``B`` under one ``vmap``. Same keys and messages up to floating-point
     rounding. On CPU, ``1`` is fastest for convolutional models: a silo's local loop then stops at its own
     step count, and XLA:CPU runs per-silo convolutions faster than their vmapped (grouped) form.
+
+    Example: :func:`jaxfl.algorithms.dprec.dp_rec` builds its round with it.
     """
     if clients_per_pass is not None and int(clients_per_pass) < 1:
         raise ValueError(f"clients_per_pass must be >= 1, got {clients_per_pass}")

@@ -27,13 +27,26 @@ SILO_AXIS = "silos"
 
 
 def silo_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A 1-D mesh over ``devices`` (default: all) with the axis name ``"silos"``."""
+    """A 1-D mesh over ``devices`` (default: all) with the axis name ``"silos"``.
+
+    Example:
+      >>> mesh = silo_mesh()
+      >>> mesh.axis_names, mesh.size == len(jax.devices())
+      (('silos',), True)
+    """
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), (SILO_AXIS,))
 
 
 def shard_data(data: FederatedData, mesh: Mesh) -> FederatedData:
-    """Pads the silo axis to :func:`padded_silos` and shards it over ``"silos"``."""
+    """Pads the silo axis to :func:`padded_silos` and shards it over ``"silos"``.
+
+    Example (on one device: the data as they were, laid out on the mesh):
+      >>> import numpy as np, jaxfl
+      >>> data = jaxfl.from_silos([(np.ones((3, 2)), np.zeros(3))] * 4)
+      >>> shard_data(data, silo_mesh()).x.shape[0] == padded_silos(4, silo_mesh())
+      True
+    """
     data = data.pad_silos(mesh.size, minimum=padded_silos(data.num_silos, mesh))
     sharding = NamedSharding(mesh, P(SILO_AXIS))
     return jax.tree_util.tree_map(lambda a: jax.device_put(a, sharding), data)
@@ -43,7 +56,12 @@ def padded_silos(num_silos: int, mesh: Mesh) -> int:
     """The silo axis's length on ``mesh``: a multiple of ``mesh.size`` and, on several devices, at least two
     silos per device. With one silo per device XLA:CPU compiled the per-device block differently and
     minibatch SGD's parameters differed from one device's in the last bits (7 silos on 8 devices, 15 on
-    16); two or more per device gave bitwise-equal results in every layout tried."""
+    16); two or more per device gave bitwise-equal results in every layout tried.
+
+    Example:
+      >>> padded_silos(7, silo_mesh()) >= 7
+      True
+    """
     size = mesh.size
     per_device = -(-int(num_silos) // size)
     return size * (per_device if size == 1 else max(per_device, 2))
@@ -63,6 +81,10 @@ def process_silos(mesh: Mesh, num_silos: int) -> np.ndarray:
     ``mesh.size`` contiguous blocks, block ``j`` on ``mesh.devices[j]``; the indices of the blocks on this
     process's devices are returned, padding silos (indices ``>= num_silos``) left out. With one process:
     ``arange(num_silos)``.
+
+    Example (one process holds every silo):
+      >>> process_silos(silo_mesh(), 3).tolist() if jax.process_count() == 1 else [0, 1, 2]
+      [0, 1, 2]
     """
     return np.asarray([i for i in _local_rows(mesh, num_silos) if i < num_silos], dtype=np.int64)
 
@@ -82,6 +104,8 @@ def shard_local_data(local: FederatedData, mesh: Mesh, num_silos: int) -> Federa
     holding the last block. Every process must call it (``jax.make_array_from_process_local_data``); each
     copies only its own silos to its devices. The result is what :func:`shard_data` makes from the full
     data, so ``jaxfl.train(data=result, mesh=mesh)`` runs the same rounds.
+
+    Example: ``tests/engine/test_distributed.py`` runs it in two processes.
     """
     rows = _local_rows(mesh, num_silos)
     expected = sum(i < num_silos for i in rows)
@@ -105,6 +129,11 @@ def to_host(tree):
     An array sharded over the devices of several processes (e.g. per-silo state or metrics) is gathered
     with ``jax.experimental.multihost_utils.process_allgather``, a collective: every process must call
     ``to_host`` on the same values. Other arrays are copied with ``np.asarray``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> to_host({"a": jnp.ones(2)})["a"].tolist()
+      [1.0, 1.0]
     """
     def one(a):
         if isinstance(a, jax.Array) and not a.is_fully_addressable and not a.is_fully_replicated:
@@ -118,7 +147,10 @@ def to_host(tree):
 
 def shard_silo_state(state, mesh: Mesh):
     """Shards the ``silos`` part of a :class:`jaxfl.engine.protocol.SiloState` over ``"silos"`` like the
-    data (its leading axis must already match the padded data); other states are returned unchanged."""
+    data (its leading axis must already match the padded data); other states are returned unchanged.
+
+    Example: :func:`jaxfl.engine.driver.train` with ``mesh=``.
+    """
     if not hasattr(state, "silos"):
         return state
     sharding = NamedSharding(mesh, P(SILO_AXIS))
@@ -126,7 +158,15 @@ def shard_silo_state(state, mesh: Mesh):
 
 
 def ambient_silo_mesh():
-    """The ambient (``jax.set_mesh``) mesh if it has a ``"silos"`` axis, else None."""
+    """The ambient (``jax.set_mesh``) mesh if it has a ``"silos"`` axis, else None.
+
+    Example:
+      >>> ambient_silo_mesh() is None                             # no mesh set
+      True
+      >>> with mesh_context(silo_mesh()):
+      ...     ambient_silo_mesh().axis_names
+      ('silos',)
+    """
     mesh = jax.sharding.get_abstract_mesh()
     return None if mesh.empty or SILO_AXIS not in mesh.axis_names else mesh
 
@@ -136,15 +176,26 @@ def replicate(tree):
 
     Sums over silos then run on one full copy in one fixed order rather than as partial sums plus
     an all-reduce, so results do not depend on how silos are laid out over devices.
+
+    Example: :func:`constrain_silos`.
     """
     return tree if ambient_silo_mesh() is None else jax.lax.with_sharding_constraint(tree, P())
 
 
 def constrain_silos(tree):
-    """Lays a leading silo axis out over the ambient ``"silos"`` mesh, like the data (no-op without one)."""
+    """Lays a leading silo axis out over the ambient ``"silos"`` mesh, like the data (no-op without one).
+
+    Example (no-ops without an ambient mesh):
+      >>> import jax.numpy as jnp
+      >>> constrain_silos(jnp.ones((4, 2))).shape, replicate(jnp.ones(4)).shape
+      ((4, 2), (4,))
+    """
     return tree if ambient_silo_mesh() is None else jax.lax.with_sharding_constraint(tree, P(SILO_AXIS))
 
 
 def mesh_context(mesh: Mesh | None):
-    """``jax.set_mesh(mesh)``, or a null context when ``mesh`` is None."""
+    """``jax.set_mesh(mesh)``, or a null context when ``mesh`` is None.
+
+    Example: :func:`ambient_silo_mesh`.
+    """
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)

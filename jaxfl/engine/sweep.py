@@ -81,7 +81,12 @@ def grid_points(grid: dict[str, Sequence]) -> list[dict]:
 
 def configurations(grid: dict[str, Sequence] | Sequence[dict]) -> list[dict]:
     """The configurations of a grid: the Cartesian product of a ``name -> values`` dict
-    (:func:`grid_points`), or a list of configurations taken as given (all with the same keys)."""
+    (:func:`grid_points`), or a list of configurations taken as given (all with the same keys).
+
+    Example:
+      >>> configurations({"step_size": [0.1, 1.0], "epsilon": [1.0]})
+      [{'step_size': 0.1, 'epsilon': 1.0}, {'step_size': 1.0, 'epsilon': 1.0}]
+    """
     if isinstance(grid, dict):
         return grid_points(grid)
     configs = [dict(c) for c in grid]
@@ -311,7 +316,14 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 def stable_name(function: Callable) -> str:
     """A callable's name that every process spells alike: its qualified name, else its ``repr`` without memory
-    addresses (a ``functools.partial``'s repr names its function's address, another in every process)."""
+    addresses (a ``functools.partial``'s repr names its function's address, another in every process).
+
+    Example (no memory address, so every process of a multi-process sweep names it alike):
+      >>> import functools
+      >>> from jaxfl.models import logistic_loss
+      >>> stable_name(logistic_loss), stable_name(functools.partial(logistic_loss))
+      ('logistic_loss', 'functools.partial(<function logistic_loss>)')
+    """
     return getattr(function, "__qualname__", None) or _ADDRESS.sub("", repr(function))
 
 
@@ -366,7 +378,12 @@ def _run_segmented(programs: _SegmentPrograms, segment: int, table: dict, seeds,
 
 def checkpoint_seconds(checkpoint) -> float:
     """The wall seconds that the sittings stored in a sweep's ``checkpoint`` file spent on it (0 without one):
-    what a resumed sweep's own time leaves out."""
+    what a resumed sweep's own time leaves out.
+
+    Example:
+      >>> checkpoint_seconds("no-such-checkpoint.npz")
+      0.0
+    """
     path = Path(checkpoint)
     return float(pickle.loads(path.read_bytes()).get("seconds", 0.0)) if path.is_file() else 0.0
 
@@ -423,6 +440,13 @@ def run_batched(program: Callable, table: dict, seeds, configs_per_batch: int | 
     The last batch is padded by repeating its last config, so every batch has one shape (one
     compilation), and trimmed afterwards. For grid programs built like :func:`sweep`'s, e.g. with the
     data as an argument (``*args``) so one compilation serves several datasets.
+
+    Example (five configurations in batches of two: one compiled shape, the last batch padded and trimmed):
+      >>> import numpy as np
+      >>> out = run_batched(lambda table, seeds: table["a"][:, None] * seeds[None, :], {"a": np.arange(5.0)},
+      ...                   np.arange(2.0), 2)
+      >>> out.shape, out[:, 1].tolist()
+      ((5, 2), [0.0, 1.0, 2.0, 3.0, 4.0])
     """
     outs = [trim(jax.device_get(program(part, jnp.asarray(seeds), *args)))
             for part, trim in _config_batches(table, configs_per_batch)]
