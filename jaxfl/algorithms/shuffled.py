@@ -123,6 +123,22 @@ def sdp_accelerated_minibatch_sgd(loss_fn, *, params, schedule: AcsaSchedule, ba
     ``params``: the initial model parameters, or a template with the same structure and shapes
     (:func:`jaxfl.algorithms.common.model_template`): P_vec's events need the model dimension, and the
     server unflattens the decoded sum, before any ``init``.
+
+    Example:
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> from jaxfl.algorithms.accelerated import acsa_schedule
+      >>> from jaxfl.privacy.shuffle import ShuffleParams
+      >>> algorithm = sdp_accelerated_minibatch_sgd(
+      ...     logistic_loss, params=init_linear(3), batch_size=10, clip_norm=1.0,
+      ...     schedule=acsa_schedule(20, smoothness=0.25, noise_std=0.5, radius=10.0),
+      ...     shuffle_params=ShuffleParams(64, 200, 0.25))
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.9
+      True
     """
     participation = participation_argument(participation, silos_per_round, "sdp_accelerated_minibatch_sgd")
     k = int(batch_size)
@@ -181,7 +197,22 @@ def sdp_prox_sgd(loss_fn, *, params, step_size, batch_size: int, clip_norm: floa
     summed by P_vec (parameters ``shuffle_params``, e.g. :func:`jaxfl.privacy.shuffle.pvec_parameters` at
     :func:`jaxfl.accounting.variance_reduced_noise.sdp_prox_sgd_pvec`'s ``(N eps / (2M), delta)``) and the server
     steps with their mean. One pass over disjoint batches by default (parallel composition). ``params``: the
-    model's initial parameters or a template of them (the P_vec events need its dimension)."""
+    model's initial parameters or a template of them (the P_vec events need its dimension).
+
+    Example (P_vec with 200 noise bits per user and coordinate; usually from
+    :func:`jaxfl.privacy.shuffle.pvec_parameters`):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> from jaxfl.privacy.shuffle import ShuffleParams
+      >>> algorithm = sdp_prox_sgd(logistic_loss, params=init_linear(3), step_size=0.5, batch_size=10, clip_norm=1.0,
+      ...                          shuffle_params=ShuffleParams(64, 200, 0.25), participation=4)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.9
+      True
+    """
     participation = participation_argument(participation, silos_per_round, "sdp_prox_sgd")
     _check_pvec(clip_norm, participation)
     template = model_template(params)
@@ -212,7 +243,23 @@ def sdp_fedprox_spider(loss_fn, *, params, step_size, phase_length: int, clip_no
     """SDP FedProx-SPIDER (Alg. 10): :func:`fedprox_spider` whose checkpoints and differences are summed by
     P_vec (bound ``C`` for gradients, ``min(2C, beta ||dw||)`` for differences), with the parameters of
     :func:`jaxfl.accounting.variance_reduced_noise.sdp_spider_pvec`. ``params``: the model's initial parameters or a
-    template of them."""
+    template of them.
+
+    Example:
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> from jaxfl.privacy.shuffle import ShuffleParams
+      >>> pvec = ShuffleParams(64, 200, 0.25)
+      >>> algorithm = sdp_fedprox_spider(logistic_loss, params=init_linear(3), step_size=0.5, phase_length=5,
+      ...                                clip_norm=1.0, checkpoint_params=pvec, difference_params=pvec, batch_size=20,
+      ...                                participation=4)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.9
+      True
+    """
     participation = participation_argument(participation, silos_per_round, "sdp_fedprox_spider")
     _check_pvec(clip_norm, participation)
     template = model_template(params)
@@ -238,7 +285,24 @@ def sdp_fedprox_svrg(loss_fn, *, params, step_size, batch_size: int, epoch_lengt
     """SDP FedProx-SVRG (Alg. 8; with ``restart_length``, Alg. 9's SDP FedProx-PL-SVRG): checkpoints sum all
     ``M n`` clipped per-record gradients by P_vec, inner steps the ``M K`` clipped differences (bound
     ``2C``); parameters from :func:`jaxfl.accounting.variance_reduced_noise.sdp_svrg_pvec`. ``params``: the model's
-    initial parameters or a template of them."""
+    initial parameters or a template of them.
+
+    Example:
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> from jaxfl.algorithms.variance_reduced import output_params
+      >>> from jaxfl.privacy.shuffle import ShuffleParams
+      >>> pvec = ShuffleParams(64, 200, 0.25)
+      >>> algorithm = sdp_fedprox_svrg(logistic_loss, params=init_linear(3), step_size=0.5, batch_size=20,
+      ...                              epoch_length=5, clip_norm=1.0, checkpoint_params=pvec, difference_params=pvec,
+      ...                              participation=4)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(output_params(result.state), x.reshape(-1, 3), y.reshape(-1))) > 0.9
+      True
+    """
     participation = participation_argument(participation, silos_per_round, "sdp_fedprox_svrg")
     _check_pvec(clip_norm, participation)
     template = model_template(params)

@@ -476,6 +476,17 @@ def alt_fed_spider(loss_fn, *, step_size, batch_size: int, clip_norm, noise_mult
     Noise as its §H.2: ``sigma_fresh^2 = 8 L^2 R ln(2/delta) / (n^2 eps^2)``, ``sigma_diff^2 = 32 ...``
     (:func:`jaxfl.accounting.variance_reduced_noise.sigma_alt_spider`); the ledger composes all ``2 R`` messages
     (the paper's accounting counts ``R``).
+
+    Example (20 engine rounds are 10 of Alg. 11's):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = alt_fed_spider(logistic_loss, step_size=0.5, batch_size=20, clip_norm=1.0, noise_multiplier=2.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.9
+      True
     """
     participation = participation_argument(participation, silos_per_round, "alt_fed_spider")
     return fedprox_spider(loss_fn, step_size=step_size, phase_length=2, clip_norm=clip_norm, batch_size=batch_size,
@@ -608,6 +619,18 @@ def fedprox_pl_svrg(loss_fn, *, step_size, batch_size: int, epoch_length: int, e
     output is the iterate after the last restart (``state.params`` at a restart boundary).
     Theorem E.2 calibrates ``sigma_1, sigma_2`` for ``S`` restarts
     (:func:`~jaxfl.accounting.variance_reduced_noise.sigma_pl_svrg`).
+
+    Example (two restarts of two epochs of 5 rounds):
+      >>> import jax, numpy as np, jaxfl
+      >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
+      >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records
+      >>> y = (x[..., 0] > 0).astype(np.float32)
+      >>> data = jaxfl.from_silos([(x[i], y[i]) for i in range(4)])
+      >>> algorithm = fedprox_pl_svrg(logistic_loss, step_size=0.5, batch_size=20, epoch_length=5, epochs=2,
+      ...                             clip_norm=1.0, noise_multiplier=2.0)
+      >>> result = jaxfl.train(algorithm, data, init_linear(3), rounds=20, progress=False)
+      >>> float(binary_accuracy(result.params, x.reshape(-1, 3), y.reshape(-1))) > 0.9
+      True
     """
     participation = participation_argument(participation, silos_per_round, "fedprox_pl_svrg")
     alg = fedprox_svrg(loss_fn, step_size=step_size, batch_size=batch_size, epoch_length=epoch_length,
