@@ -206,7 +206,17 @@ REGISTRY: dict[str, tuple[FileSpec, ...]] = {
 
 
 def file_spec(name: str, key: str) -> FileSpec:
-    """The registry entry ``key`` of dataset ``name``; ValueError naming either if unknown."""
+    """The registry entry ``key`` of dataset ``name``; ValueError naming either if unknown.
+
+    Example:
+      >>> spec = file_spec("mnist", "test_labels")
+      >>> spec.path, len(spec.sha256)
+      ('mnist/t10k-labels-idx1-ubyte.gz', 64)
+      >>> file_spec("mnist", "nope")
+      Traceback (most recent call last):
+      ...
+      ValueError: ...
+    """
     if name not in REGISTRY:
         raise ValueError(f"unknown dataset {name!r} in the file registry (known: {', '.join(sorted(REGISTRY))})")
     for spec in REGISTRY[name]:
@@ -232,7 +242,12 @@ def _project_roots() -> list[Path]:
 
 
 def user_cache_dir() -> Path:
-    """``~/.cache/jaxfl``: where downloads go when neither ``data_dir`` nor ``JAXFL_DATA_DIR`` is set."""
+    """``~/.cache/jaxfl``: where downloads go when neither ``data_dir`` nor ``JAXFL_DATA_DIR`` is set.
+
+    Example:
+      >>> user_cache_dir().parts[-2:]
+      ('.cache', 'jaxfl')
+    """
     return Path.home() / ".cache" / "jaxfl"
 
 
@@ -261,7 +276,12 @@ def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
 
 
 def download_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """Where :func:`download` writes: ``data_dir``, else ``$JAXFL_DATA_DIR``, else ``~/.cache/jaxfl``."""
+    """Where :func:`download` writes: ``data_dir``, else ``$JAXFL_DATA_DIR``, else ``~/.cache/jaxfl``.
+
+    Example:
+      >>> download_dir("/data/jaxfl").as_posix()
+      '/data/jaxfl'
+    """
     if data_dir is not None:
         return Path(data_dir).expanduser()
     env = os.environ.get(ENV_VAR)
@@ -289,7 +309,15 @@ _VERIFIED: dict[tuple[str, int, int, str], bool] = {}
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks.
+
+    Example:
+      >>> import hashlib, pathlib, tempfile
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "f.txt"
+      >>> _ = path.write_bytes(b"hello")
+      >>> sha256_file(path) == hashlib.sha256(b"hello").hexdigest()
+      True
+    """
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -27,13 +27,23 @@ def _lscpu(field: str) -> str | None:
 
 def cpu_model() -> str:
     """The processor's name: ``lscpu``'s ``Model name`` (Linux), else ``platform``'s name for it, else the
-    architecture. Benchmarks compare within one JSON; this says which machine made it."""
+    architecture. Benchmarks compare within one JSON; this says which machine made it.
+
+    Example:
+      >>> isinstance(cpu_model(), str) and cpu_model() != ""
+      True
+    """
     return _lscpu("Model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> str:
     """The processor's instruction-set flags (``lscpu``'s ``Flags``; "" where not available): what code compiled
-    for this CPU may use."""
+    for this CPU may use.
+
+    Example:
+      >>> isinstance(cpu_flags(), str)
+      True
+    """
     return _lscpu("Flags") or ""
 
 
@@ -45,13 +55,24 @@ VECTOR_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "a
 def cpu_vector_extensions() -> str:
     """The vector extensions among :func:`cpu_flags` (e.g. ``"avx avx2 fma sse4_1 sse4_2"``; "" where lscpu is
     not available). XLA:CPU compiles for the host's extensions, so two machines that differ here may round a
-    program's floats differently: the same run agrees bitwise on one machine, to float rounding across them."""
+    program's floats differently: the same run agrees bitwise on one machine, to float rounding across them.
+
+    Example (a subset of :func:`cpu_flags`):
+      >>> set(cpu_vector_extensions().split()) <= set(cpu_flags().split())
+      True
+    """
     return " ".join(sorted(f for f in cpu_flags().split() if f in VECTOR_FLAGS or f.startswith(("avx512", "amx"))))
 
 
 def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
     """The fastest of ``repeats`` timed calls ``fn(*args)`` (seconds, waiting for JAX results), after one
-    untimed call (compilation, caches) unless ``warmup=False``: the benchmarks' timer."""
+    untimed call (compilation, caches) unless ``warmup=False``: the benchmarks' timer.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> best_seconds(lambda a: a @ a, jnp.ones((64, 64)), repeats=3) > 0
+      True
+    """
     import time
 
     import jax
@@ -69,7 +90,14 @@ def best_seconds(fn, *args, repeats: int, warmup: bool = True) -> float:
 def interleaved_best_seconds(runs: dict, repeats: int) -> dict:
     """Side-by-side timing: each zero-argument callable of ``runs`` (``{name: fn}``, each waiting for its own
     results) called once untimed (compilation, allocators), then all of them in turn ``repeats`` times, so
-    a slow spell of the machine hits every side; returns ``{name: its fastest call in seconds}``."""
+    a slow spell of the machine hits every side; returns ``{name: its fastest call in seconds}``.
+
+    Example (two sides timed in turn, so a slow spell of the machine hits both):
+      >>> import numpy as np
+      >>> a = np.ones((64, 64))
+      >>> sorted(interleaved_best_seconds({"matmul": lambda: a @ a, "sum": lambda: a.sum()}, repeats=3))
+      ['matmul', 'sum']
+    """
     import time
 
     for run in runs.values():
@@ -86,7 +114,17 @@ def interleaved_best_seconds(runs: dict, repeats: int) -> dict:
 def interleaved_best_records(runs: dict, repeats: int, key: str) -> dict:
     """Side-by-side measurement for callables that time themselves: each zero-argument callable of ``runs``
     (``{name: fn}``, returning a dict of measurements) called in turn ``repeats`` times; returns ``{name: its
-    record with the smallest ``record[key]``}`` (e.g. seconds per step)."""
+    record with the smallest ``record[key]``}`` (e.g. seconds per step).
+
+    Example:
+      >>> import time
+      >>> def timed():
+      ...     start = time.perf_counter()
+      ...     sum(range(1000))
+      ...     return {"seconds": time.perf_counter() - start}
+      >>> list(interleaved_best_records({"loop": timed}, repeats=3, key="seconds"))
+      ['loop']
+    """
     best = {}
     for _ in range(repeats):
         for name, run in runs.items():
@@ -98,7 +136,15 @@ def interleaved_best_records(runs: dict, repeats: int, key: str) -> dict:
 
 def write_benchmark(record: dict, path) -> Path:
     """Writes a benchmark's JSON record (ARCHITECTURE §3.6), with the code that ran it (``source``:
-    :func:`source_revision`), to ``path``, creating its folder; returns the path."""
+    :func:`source_revision`), to ``path``, creating its folder; returns the path.
+
+    Example:
+      >>> import json, pathlib, tempfile
+      >>> path = write_benchmark({"ratio": 1.5}, pathlib.Path(tempfile.mkdtemp()) / "bench" / "mine.json")
+      >>> record = json.loads(path.read_text())
+      >>> record["ratio"], "source" in record
+      (1.5, True)
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**record, "source": source_revision()}, indent=2) + "\n")
@@ -109,7 +155,12 @@ def machine() -> dict:
     """The processor a result came from: its name (:func:`cpu_model`) and the vector extensions XLA:CPU
     compiled for (:func:`cpu_vector_extensions`), as stored parts, results and benchmark records name it; on an
     accelerator backend also ``"accelerator": "COUNT x KIND"`` (e.g. ``"1 x NVIDIA H200"``), which ran the programs
-    while the processor hosted them."""
+    while the processor hosted them.
+
+    Example:
+      >>> sorted(machine())[:2]
+      ['cpu', 'cpu_vector_extensions']
+    """
     import jax
 
     accelerator = {} if jax.default_backend() == "cpu" else {
@@ -118,7 +169,13 @@ def machine() -> dict:
 
 
 def environment() -> dict:
-    """Backend, device count and machine facts (:func:`machine`) for results and benchmark records."""
+    """Backend, device count and machine facts (:func:`machine`) for results and benchmark records.
+
+    Example:
+      >>> facts = environment()
+      >>> {"backend", "devices", "jax_version", "cpu"} <= set(facts)
+      True
+    """
     import jax
 
     return {"backend": jax.default_backend(), "devices": jax.device_count(),

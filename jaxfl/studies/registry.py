@@ -25,7 +25,13 @@ PAPERS_ENV = "JAXFL_PAPERS"
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     """A registered study: ``run(quick, out_dir, variant, panels, share) -> path of results.json``; ``study`` is its
-    :class:`~jaxfl.studies.spec.Study`, ``home`` the paper home that registered it (None for the library's own)."""
+    :class:`~jaxfl.studies.spec.Study`, ``home`` the paper home that registered it (None for the library's own).
+
+    Example:
+      >>> demo = get_experiment("demo")
+      >>> demo.home is None, demo.default_out(quick=True).as_posix()          # the library's own study
+      (True, 'runs/quick/demo')
+    """
 
     name: str
     description: str
@@ -154,7 +160,14 @@ def check_keeps_results(form, out_dir) -> None:
     """Raises ``ValueError`` when running ``form`` (a study's form, :meth:`Study.form_of`) into ``out_dir``
     would replace a ``results.json`` there that holds another study or form, or panels or trials this run leaves out
     (a partial ``--panel`` or ``--trials`` run writes its own only). Re-running the same form over the same or more
-    panels is allowed: their stored parts are reused."""
+    panels is allowed: their stored parts are reused.
+
+    Example (a fresh folder keeps nothing, so any form may write there):
+      >>> import tempfile
+      >>> from jaxfl.studies.demo import STUDY
+      >>> check_keeps_results(STUDY.form_of(quick=True), tempfile.mkdtemp()) is None
+      True
+    """
     path = Path(out_dir) / "results.json"
     if not path.is_file():
         return
@@ -183,7 +196,15 @@ def check_keeps_results(form, out_dir) -> None:
 
 def find_papers(papers: str | os.PathLike | None = None) -> Path | None:
     """The ``papers/`` folder of paper homes: ``papers`` if given, else ``$JAXFL_PAPERS``, else the nearest folder
-    ``papers`` holding an ``__init__.py`` at or above the working directory; None if there is none."""
+    ``papers`` holding an ``__init__.py`` at or above the working directory; None if there is none.
+
+    Example:
+      >>> import tempfile
+      >>> find_papers(tempfile.mkdtemp())                         # a folder given must hold paper homes
+      Traceback (most recent call last):
+      ...
+      ValueError: ...: not a folder of paper homes (no __init__.py); pass the repository's papers/
+    """
     given = papers if papers is not None else os.environ.get(PAPERS_ENV) or None
     if given is not None:
         path = Path(given).resolve()
@@ -199,7 +220,15 @@ def find_papers(papers: str | os.PathLike | None = None) -> Path | None:
 def load_papers(papers: str | os.PathLike | None = None) -> list[str]:
     """Imports every home under :func:`find_papers` (``<folder>.<home>``, e.g. ``papers.lowy_convex``, which registers
     its studies); returns the homes' names. The folder's parent goes on ``sys.path`` so that the homes import one
-    another as ``<folder>.<home>``; a package of that name already imported from elsewhere is refused."""
+    another as ``<folder>.<home>``; a package of that name already imported from elsewhere is refused.
+
+    Example:
+      >>> import pathlib, tempfile
+      >>> folder = pathlib.Path(tempfile.mkdtemp()) / "my_papers"
+      >>> folder.mkdir(); _ = (folder / "__init__.py").write_text("")
+      >>> load_papers(folder)                                     # a folder of no homes yet imports nothing
+      []
+    """
     root = find_papers(papers)
     if root is None:
         return []
@@ -248,7 +277,12 @@ def get_experiment(name: str, papers: str | os.PathLike | None = None) -> Experi
 
 
 def benchmark_script(name: str) -> Path:
-    """The path of ``bench/<name>.py`` in the source tree."""
+    """The path of ``bench/<name>.py`` in the source tree.
+
+    Example:
+      >>> benchmark_script("dp_sgd_mnist").name
+      'dp_sgd_mnist.py'
+    """
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r} (known: {', '.join(sorted(BENCHMARKS))})")
     root = Path(__file__).resolve().parents[2]
