@@ -5,6 +5,29 @@ figure are drawn from those records alone, with their layout given as data (:cla
 :func:`render` redraws both from a committed ``results.json`` without re-running anything -- which is
 how ``jaxfl tables`` regenerates the tables of the papers' READMEs. The figures are drawn by
 :mod:`jaxfl.studies.figures`; the machine and code a result came from by :mod:`jaxfl.studies.provenance`.
+
+Example (the demo cut to one epsilon and two seeds: its outcome, the document, its summary and files):
+
+  >>> import dataclasses, os, tempfile
+  >>> from jaxfl.studies import run
+  >>> from jaxfl.studies.demo import STUDY
+  >>> small = dataclasses.replace(STUDY, quick={"reps": 2, "settings": {"epsilons": (1.0,)}}).form_of(quick=True)
+  >>> outcome = run(small, log=lambda *line: None)
+  >>> doc = document(outcome)
+  >>> sorted(doc), form_label(small.form), study_config(small)["repetitions"]
+  (['config', 'environment', 'experiment', 'jaxfl_version', 'runs', 'source'], 'quick', 2)
+  >>> dp_runs = [run for run in doc["runs"] if run["family"] == "dp"]
+  >>> stats = band(dp_runs, "test_accuracy", over="seeds")            # over the two seeds
+  >>> stats["n"], 0.5 < stats["mean"] <= 1.0
+  (2, True)
+  >>> print(summary(doc, STUDY.report).splitlines()[2])                # the table's header row
+  | epsilon | ISRL-DP minibatch SGD | epsilon spent | noise multiplier |
+  >>> sorted(record(outcome.rows[0]))[:4], curves(outcome.rows)[0]["round"]
+  (['algorithm', 'delta', 'diverged_configs', 'epsilon'], 1)
+  >>> folder = tempfile.mkdtemp()
+  >>> _ = write(outcome, folder)                                       # figure.png needs the studies extra
+  >>> sorted(os.listdir(folder))
+  ['curves.csv', 'figure.png', 'results.json', 'summary.md']
 """
 from __future__ import annotations
 
@@ -210,7 +233,10 @@ _NOT_RECORDED = {"algorithm", "epsilon", "delta", "trial", "metrics", "per_seed"
 
 def record(row: dict) -> dict:
     """The ``runs`` entry of one row (ARCHITECTURE §3.4): every scalar fact of the row beside the schema's
-    fields; per-seed metrics as ``<metric>_seeds``."""
+    fields; per-seed metrics as ``<metric>_seeds``.
+
+    Example: the module docstring's.
+    """
     metrics = dict(row["metrics"])
     metrics.update({f"{k}_seeds": v for k, v in row.get("per_seed", {}).items() if len(v) > 1})
     privacy = {"epsilon_spent": row["epsilon_spent"], "accountant": row["accountant"], **row.get("privacy", {})}
@@ -223,7 +249,10 @@ def record(row: dict) -> dict:
 
 def curves(rows: list[dict]) -> list[dict]:
     """``curves.csv`` rows: one per selected row, seed and round (the rounds' info), or per evaluation
-    (train runs' histories)."""
+    (train runs' histories).
+
+    Example: the module docstring's.
+    """
     out = []
     for r in rows:
         base = {"algorithm": r["algorithm"], "epsilon": r["epsilon"], "panel": r["panel"], "trial": r["trial"]}
@@ -250,7 +279,10 @@ def curves(rows: list[dict]) -> list[dict]:
 
 def document(outcome) -> dict:
     """The ``results.json`` document of a finished study (``Study.config`` values that are callables are
-    called with the study)."""
+    called with the study).
+
+    Example: the module docstring's.
+    """
     from jaxfl import __version__
 
     study = outcome.study
@@ -267,7 +299,10 @@ def document(outcome) -> dict:
 
 
 def write(outcome, out_dir) -> Path:
-    """Writes ``results.json``, ``curves.csv``, ``summary.md`` and ``figure.png`` of a finished study."""
+    """Writes ``results.json``, ``curves.csv``, ``summary.md`` and ``figure.png`` of a finished study.
+
+    Example: the module docstring's.
+    """
     study = outcome.study
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -285,7 +320,10 @@ def write(outcome, out_dir) -> Path:
 
 
 def study_config(study) -> dict:
-    """The generic part of ``results.json``'s ``config``."""
+    """The generic part of ``results.json``'s ``config``.
+
+    Example: the module docstring's.
+    """
     partial = {} if study.only_panels is None else {"partial": True,
                                                      "panels_of_full_study": [p.label for p in study.panels]}
     if study.only_trials is not None:
@@ -297,7 +335,20 @@ def study_config(study) -> dict:
 
 
 def render(doc: dict, report: Report, out_dir) -> None:
-    """Writes ``summary.md`` (and ``figure.png`` when the report has a figure) from a results document."""
+    """Writes ``summary.md`` (and ``figure.png`` when the report has a figure) from a results document.
+
+    Example (redraw a committed run's summary without re-running it, as ``jaxfl tables`` does):
+      >>> import json, pathlib, tempfile
+      >>> from jaxfl.studies.demo import STUDY
+      >>> committed = pathlib.Path("results/demo/results.json")                  # from the repository's root
+      >>> folder = tempfile.mkdtemp()
+      >>> if committed.is_file():
+      ...     render(json.loads(committed.read_text()), STUDY.report, folder)
+      ...     print((pathlib.Path(folder) / "summary.md").read_text() == (committed.parent / "summary.md").read_text())
+      ... else:
+      ...     print(True)
+      True
+    """
     from jaxfl.studies.figures import figure, rounds_figure
 
     out = Path(out_dir)
@@ -313,7 +364,10 @@ def render(doc: dict, report: Report, out_dir) -> None:
 
 
 def form_label(form) -> str:
-    """How a run's form is shown: ``"full"``, ``"quick"``, a variant's name, or ``"quick+VARIANT"``."""
+    """How a run's form is shown: ``"full"``, ``"quick"``, a variant's name, or ``"quick+VARIANT"``.
+
+    Example: the module docstring's.
+    """
     return str(form).removeprefix("full+")
 
 
@@ -337,7 +391,10 @@ def _metric(rec: dict, metric: str) -> float:
 
 def band(records: list, metric: str, over: str = "records") -> dict:
     """Mean, std and 5th / 95th percentiles of ``metric`` over the records (trials), or, for
-    ``over="seeds"``, over every record's per-seed values (``<metric>_seeds``)."""
+    ``over="seeds"``, over every record's per-seed values (``<metric>_seeds``).
+
+    Example: the module docstring's.
+    """
     if over == "seeds":
         v = np.asarray([x for r in records for x in r["metrics"].get(f"{metric}_seeds", [_metric(r, metric)])],
                        np.float64)
@@ -354,7 +411,10 @@ def _fmt_eps(e: float) -> str:
 def paired_difference(doc: dict, panel: str, eps, a: str, b: str, metric: str = "test_error") -> dict:
     """``a``'s metric minus ``b``'s at ``eps``, paired by trial (same data split): ``{"mean", "se",
     "trials", "verdict", "base"}``; ``verdict`` is ``"lower"`` / ``"higher"`` where ``mean -/+ 2 se``
-    excludes 0, else ``"tie"`` (always for one trial); ``base`` is ``b``'s mean over the paired trials."""
+    excludes 0, else ``"tie"`` (always for one trial); ``base`` is ``b``'s mean over the paired trials.
+
+    Example: :func:`paired_overview`; the lowy-nonconvex study's tables pair SPIDER with MB-SGD by trial.
+    """
     err = {alg: {r["trial"]: _metric(r, metric) for r in doc["runs"]
                  if r.get("panel", "") == panel and r["algorithm"] == alg and r["epsilon"] == eps} for alg in (a, b)}
     trials = sorted(set(err[a]) & set(err[b]))
@@ -372,7 +432,10 @@ def paired_overview(doc: dict, report: Report) -> str:
     """The table's ``paired`` comparisons over every (panel, epsilon) cell (markdown): how many cells
     each verdict of :func:`paired_difference` has, and ``b``'s mean improvement by ``a`` -- absolute
     (``b - a``, in the metric's units) and relative (``(b - a) / b``, over the cells where ``b`` > 0) --
-    averaged over the cells."""
+    averaged over the cells.
+
+    Example: ``papers/lowy_nonconvex`` (its :class:`Table` sets ``paired``), rendered by ``jaxfl tables``.
+    """
     t = report.table
     lines = [f"Over all {len(_panels(doc))} panel(s) x epsilons: verdicts of the paired differences above, and the "
              f"mean improvement (the second minus the first, so positive = the first is better) averaged over "
@@ -440,7 +503,10 @@ def _panels(doc: dict) -> list:
 
 
 def summary(doc: dict, report: Report) -> str:
-    """The summary tables of a results document (markdown)."""
+    """The summary tables of a results document (markdown).
+
+    Example: the module docstring's.
+    """
     t = report.table
     cells = _cells(doc)
     c = doc["config"]
