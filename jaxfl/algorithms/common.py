@@ -19,7 +19,13 @@ NeighboringRelation = dp_accounting.NeighboringRelation
 
 
 def is_concrete_zero(value) -> bool:
-    """True when ``value`` is a concrete number (or array) equal to 0 everywhere (traced values never are)."""
+    """True when ``value`` is a concrete number (or array) equal to 0 everywhere (traced values never are).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> is_concrete_zero(0.0), is_concrete_zero(jnp.zeros(3)), is_concrete_zero(0.1)
+      (True, True, False)
+    """
     try:
         return bool(np.all(np.asarray(value, dtype=np.float64) == 0.0))
     except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
@@ -28,7 +34,12 @@ def is_concrete_zero(value) -> bool:
 
 def check_private_args(clip_norm, noise_multiplier) -> bool:
     """Validates ``(clip_norm, noise_multiplier)`` (the latter a scalar or one value per silo);
-    returns whether the algorithm adds noise."""
+    returns whether the algorithm adds noise.
+
+    Example (whether the algorithm adds noise):
+      >>> check_private_args(1.0, 0.0), check_private_args(1.0, 1.0), check_private_args(1.0, [1.0, 2.0])
+      (False, True, True)
+    """
     private = not is_concrete_zero(noise_multiplier)
     try:
         c = float(clip_norm)
@@ -45,13 +56,25 @@ def check_private_args(clip_norm, noise_multiplier) -> bool:
 
 def per_silo_noise(noise_multiplier):
     """``(scalar_or_None, per_silo_or_None)``: a noise multiplier with one entry per silo goes to
-    :func:`jaxfl.engine.rounds.make_round`'s ``per_silo``; a scalar is closed over."""
+    :func:`jaxfl.engine.rounds.make_round`'s ``per_silo``; a scalar is closed over.
+
+    Example:
+      >>> per_silo_noise(1.0)
+      (1.0, None)
+      >>> per_silo_noise([1.0, 2.0])[1].tolist()
+      [1.0, 2.0]
+    """
     return (None, jnp.asarray(noise_multiplier, jnp.float32)) if jnp.ndim(noise_multiplier) == 1 else (
         noise_multiplier, None)
 
 
 def silo_noise_multipliers(noise_multiplier, counts) -> list:
-    """Host-side ``[(count, z)]`` for the silos with ``count > 0`` (events for the privacy ledger)."""
+    """Host-side ``[(count, z)]`` for the silos with ``count > 0`` (events for the privacy ledger).
+
+    Example (the empty silo states nothing):
+      >>> silo_noise_multipliers([1.0, 2.0, 3.0], [5, 0, 3])
+      [(5, 1.0), (3, 3.0)]
+    """
     counts = np.asarray(counts)
     z = np.broadcast_to(np.asarray(noise_multiplier, dtype=np.float64), counts.shape) if np.ndim(
         noise_multiplier) == 0 else np.asarray(noise_multiplier, dtype=np.float64)
@@ -65,7 +88,14 @@ def silo_noise_multipliers(noise_multiplier, counts) -> list:
 def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, relation=None):
     """``counts -> RoundPrivacy``: per silo with records, ``steps_per_round`` composed steps of
     ``sampler.event(n_i, z_i)`` (a sampled Gaussian on the silo's clipped sum, noise std ``z_i C``), for
-    ``relation`` (default: the sampler's, :attr:`jaxfl.engine.local.Sampler.relation`)."""
+    ``relation`` (default: the sampler's, :attr:`jaxfl.engine.local.Sampler.relation`).
+
+    Example (two silos, Poisson rate 0.1, z = 1, two steps a round):
+      >>> from jaxfl.engine.local import make_sampler
+      >>> privacy = sampled_silo_privacy(make_sampler(sampling_rate=0.1, expected_batch_size=5.0), 1.0, 2)([50, 30])
+      >>> len(privacy.events), privacy.events[0].count
+      (2, 2)
+    """
     relation = sampler.relation if relation is None else relation
 
     def privacy(counts):
@@ -81,7 +111,10 @@ def sampled_silo_privacy(sampler, noise_multiplier, steps_per_round: int = 1, re
 def per_round_silo_privacy(round_samplers, noise_multiplier):
     """``counts -> RoundPrivacy`` for rounds that differ by their sampler (a schedule): per silo with
     records, a ``RoundScheduleDpEvent`` whose round ``r`` releases ``round_samplers[r].event(n_i, z_i)``
-    (samplers of one neighbouring relation)."""
+    (samplers of one neighbouring relation).
+
+    Example: :func:`sampled_silo_privacy` (the same per round, one sampler per round).
+    """
     relations = {s.relation for s in round_samplers}
     if len(relations) != 1:
         raise ValueError("per-round samplers must share one neighbouring relation, got "
@@ -97,13 +130,27 @@ def per_round_silo_privacy(round_samplers, noise_multiplier):
 
 
 def init_server(server_opt: optax.GradientTransformation):
-    """``params -> ServerState(params, server_opt.init(params), round=0)``."""
+    """``params -> ServerState(params, server_opt.init(params), round=0)``.
+
+    Example:
+      >>> import jax.numpy as jnp, optax
+      >>> init_server(optax.sgd(1.0))({"w": jnp.ones(2)}).round
+      Array(0, dtype=int32)
+    """
     return lambda params: ServerState(params, server_opt.init(params), jnp.zeros([], jnp.int32))
 
 
 def apply_server_update(server_opt, state: ServerState, pseudo_gradient, projection=None):
     """One ``server_opt`` step on ``pseudo_gradient``, then ``projection`` (e.g. onto the constraint
-    set ``W``: ``lambda p: optax.projections.projection_l2_ball(p, radius)``); returns the next state."""
+    set ``W``: ``lambda p: optax.projections.projection_l2_ball(p, radius)``); returns the next state.
+
+    Example (a step of size 1 on a pseudo-gradient of ones):
+      >>> import jax.numpy as jnp, optax
+      >>> state = init_server(optax.sgd(1.0))({"w": jnp.ones(2)})
+      >>> state = apply_server_update(optax.sgd(1.0), state, {"w": jnp.ones(2)})
+      >>> state.params["w"].tolist(), int(state.round)
+      ([0.0, 0.0], 1)
+    """
     updates, opt_state = server_opt.update(pseudo_gradient, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if projection is not None:
@@ -112,13 +159,22 @@ def apply_server_update(server_opt, state: ServerState, pseudo_gradient, project
 
 
 def safe_mean(tree, total):
-    """``tree / total``, or zeros when no silo took part."""
+    """``tree / total``, or zeros when no silo took part.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> safe_mean({"w": jnp.full(2, 4.0)}, 2.0)["w"].tolist(), safe_mean({"w": jnp.full(2, 4.0)}, 0.0)["w"].tolist()
+      ([2.0, 2.0], [0.0, 0.0])
+    """
     inverse = jnp.where(total > 0, 1.0 / jnp.maximum(total, 1.0), 0.0)  # reciprocal: see privacy/noise.py
     return jax.tree_util.tree_map(lambda a: a * inverse, tree)
 
 
 def mean_server(server_opt: optax.GradientTransformation, projection=None):
-    """Server step on the mean of the participants' messages (MB-SGD, Local SGD), then ``projection``."""
+    """Server step on the mean of the participants' messages (MB-SGD, Local SGD), then ``projection``.
+
+    Example: :func:`jaxfl.algorithms.sgd.minibatch_sgd` is built on it.
+    """
 
     def server(state, summed, ctx):
         mean = safe_mean(summed, ctx.total_weight)
@@ -136,6 +192,8 @@ class ModelTemplate(NamedTuple):
     pytree of the same structure, shapes and dtypes (``jax.ShapeDtypeStruct`` leaves allowed, e.g.
     ``jax.eval_shape(init_fn, ...)``), and builds a template once with :func:`model_template`. Its
     ``init`` then checks the params it gets with :func:`check_params`; nothing is learned from ``init``.
+
+    Example: :func:`model_template`.
     """
 
     size: int
@@ -145,13 +203,26 @@ class ModelTemplate(NamedTuple):
 
 
 def concrete_params(params):
-    """``params`` with every ``jax.ShapeDtypeStruct`` leaf replaced by zeros of its shape and dtype."""
+    """``params`` with every ``jax.ShapeDtypeStruct`` leaf replaced by zeros of its shape and dtype.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> concrete_params({"w": jax.ShapeDtypeStruct((2,), jnp.float32)})["w"].tolist()
+      [0.0, 0.0]
+    """
     return jax.tree_util.tree_map(
         lambda a: jnp.zeros(a.shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else jnp.asarray(a), params)
 
 
 def model_template(params) -> ModelTemplate:
-    """The :class:`ModelTemplate` of ``params`` (arrays or ``jax.ShapeDtypeStruct`` leaves)."""
+    """The :class:`ModelTemplate` of ``params`` (arrays or ``jax.ShapeDtypeStruct`` leaves).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> template = model_template({"w": jnp.ones((2, 3)), "b": jnp.zeros(3)})
+      >>> template.size, template.shapes
+      (9, ((3,), (2, 3)))
+    """
     concrete = concrete_params(params)
     flat, unravel = ravel_pytree(concrete)
     leaves, treedef = jax.tree_util.tree_flatten(concrete)
@@ -161,7 +232,16 @@ def model_template(params) -> ModelTemplate:
 
 
 def check_params(template: ModelTemplate, params, who: str) -> None:
-    """Raises ``ValueError`` when ``params`` differ in structure or shapes from the factory's ``params=``."""
+    """Raises ``ValueError`` when ``params`` differ in structure or shapes from the factory's ``params=``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> template = model_template({"w": jnp.ones((2, 3)), "b": jnp.zeros(3)})
+      >>> check_params(template, {"w": jnp.ones((2, 2)), "b": jnp.zeros(3)}, "sdp_prox_sgd")
+      Traceback (most recent call last):
+      ...
+      ValueError: sdp_prox_sgd: init got params of structure ... and shapes ((3,), (2, 2)), but the algorithm was ...
+    """
     leaves, treedef = jax.tree_util.tree_flatten(params)
     shapes = tuple(tuple(np.shape(a)) for a in leaves)
     if treedef != template.treedef or shapes != template.shapes:

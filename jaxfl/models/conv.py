@@ -37,7 +37,17 @@ def unfold(x, kernel_size, strides=None, kernel_dilation=None):
     """The ``VALID`` patches of ``x: [..., *spatial, c]`` (any leading axes; pad beforehand for other
     paddings) for a kernel of ``kernel_size``: ``[..., *out, prod(kernel_size) * c]``, the features ordered
     like the flattened ``[*kernel_size, c]`` of a kernel. One strided slice per kernel offset,
-    concatenated; shared by :func:`conv2d_valid` and the ghost norms of :mod:`jaxfl.privacy.ghost`."""
+    concatenated; shared by :func:`conv2d_valid` and the ghost norms of :mod:`jaxfl.privacy.ghost`.
+
+    Example (im2col: the convolution is the patches times the flattened kernel):
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))               # [batch, h, w, c_in]
+      >>> w = jax.random.normal(jax.random.key(1), (5, 5, 3, 6))               # [kh, kw, c_in, c_out]
+      >>> ref = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      >>> patches = unfold(x, (5, 5))
+      >>> patches.shape, bool(jnp.allclose(patches @ w.reshape(75, 6), ref, atol=1e-4))
+      ((2, 4, 4, 75), True)
+    """
     rank = len(kernel_size)
     strides = tuple(strides or (1,) * rank)
     kernel_dilation = tuple(kernel_dilation or (1,) * rank)
@@ -61,7 +71,12 @@ PRODUCT_COLUMNS = 24
 def width_tile(out_channels: int, out_width: int) -> int:
     """How many neighbouring output columns :func:`conv2d_valid` computes from one patch: ``1`` from
     :data:`PRODUCT_COLUMNS` output channels up, else ``PRODUCT_COLUMNS // out_channels`` (at most the output's
-    width)."""
+    width).
+
+    Example:
+      >>> width_tile(6, 4), width_tile(64, 24)          # few output channels: 4 columns per patch; many: 1
+      (4, 1)
+    """
     return max(1, min(PRODUCT_COLUMNS // out_channels, out_width))
 
 
@@ -76,6 +91,14 @@ def conv2d_valid(x, w):
     ``[kh * (kw + s - 1) * c_in, s * c_out]`` matrix that is zero elsewhere: ``(kw + s - 1) / kw`` times the
     multiply-adds, in a product ``s`` times wider. With the CIFAR CNN's first layer at ``s = 4`` its SGD steps
     run faster than untiled on 2-core CPUs (``tiling_speedup`` in ``bench/results/local_training.json``).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))               # [batch, h, w, c_in]
+      >>> w = jax.random.normal(jax.random.key(1), (5, 5, 3, 6))               # [kh, kw, c_in, c_out]
+      >>> ref = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      >>> bool(jnp.allclose(conv2d_valid(x, w), ref, atol=1e-4))
+      True
     """
     kh, kw, c, o = w.shape
     s = width_tile(o, x.shape[-2] - kw + 1)
@@ -87,7 +110,17 @@ def conv2d_valid(x, w):
 def tiled_unfold(x, kernel_size, s: int):
     """The patches of :func:`conv2d_valid`'s width-tiled product: ``x: [..., h, w, c]`` ->
     ``[..., oh, ceil(ow / s), kh * (kw + s - 1) * c]``, windows ``kh x (kw + s - 1)`` at stride ``s`` along the
-    width (the input padded with zero columns on the right to cover the last group)."""
+    width (the input padded with zero columns on the right to cover the last group).
+
+    Example (two output columns per patch: the widened kernel's product, untiled, is the convolution):
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))               # [batch, h, w, c_in]
+      >>> w = jax.random.normal(jax.random.key(1), (5, 5, 3, 6))               # [kh, kw, c_in, c_out]
+      >>> ref = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      >>> patches, wide = tiled_unfold(x, (5, 5), 2), widen_kernel(w, 2)
+      >>> patches.shape, wide.shape, bool(jnp.allclose(untile_output(patches @ wide, 4, 2), ref, atol=1e-4))
+      ((2, 4, 2, 90), (90, 12), True)
+    """
     kh, kw = kernel_size
     out_width = x.shape[-2] - kw + 1
     extra = -(-out_width // s) * s - out_width
@@ -98,7 +131,10 @@ def tiled_unfold(x, kernel_size, s: int):
 
 def widen_kernel(w, s: int):
     """``w: [kh, kw, c, o]`` laid out ``s`` times, shifted by one column each: ``[kh * (kw + s - 1) * c, s * o]``,
-    zero where a shifted copy does not reach."""
+    zero where a shifted copy does not reach.
+
+    Example: :func:`tiled_unfold`.
+    """
     kh, kw, c, o = w.shape
     shifted = [jnp.pad(w, ((0, 0), (t, s - 1 - t), (0, 0), (0, 0))) for t in range(s)]
     return jnp.stack(shifted, axis=-2).reshape(kh * (kw + s - 1) * c, s * o)
@@ -107,7 +143,13 @@ def widen_kernel(w, s: int):
 def narrow_kernel_gradient(wide, kernel_shape, s: int):
     """The transpose of :func:`widen_kernel`: a gradient ``[..., kh * (kw + s - 1) * c, s * o]`` with respect
     to the widened kernel -> ``[..., kh * kw * c, o]`` with respect to the kernel (the ``s`` shifted copies
-    summed)."""
+    summed).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> narrow_kernel_gradient(widen_kernel(jnp.ones((5, 5, 3, 6)), 2), (5, 5, 3, 6), 2).shape
+      (75, 6)
+    """
     kh, kw, c, o = kernel_shape
     wide = wide.reshape(wide.shape[:-2] + (kh, kw + s - 1, c, s, o))
     narrow = sum(wide[..., t:t + kw, :, t, :] for t in range(s))
@@ -116,7 +158,10 @@ def narrow_kernel_gradient(wide, kernel_shape, s: int):
 
 def untile_output(y, out_width: int, s: int):
     """``[..., oh, groups, s * o]`` (the width-tiled product) -> ``[..., oh, out_width, o]`` (the columns past
-    the output cut)."""
+    the output cut).
+
+    Example: :func:`tiled_unfold`.
+    """
     y = y.reshape(y.shape[:-2] + (y.shape[-2] * s, y.shape[-1] // s))
     return y[..., :out_width, :]
 
@@ -128,7 +173,17 @@ def _is_plain(values) -> bool:
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                          dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
                          preferred_element_type=None):
-    """``lax.conv_general_dilated`` with :func:`conv2d_valid` for the case it covers (see module doc)."""
+    """``lax.conv_general_dilated`` with :func:`conv2d_valid` for the case it covers (see module doc).
+
+    Example (what :mod:`jaxfl.models.rewrite` puts in place of flax's convolution on CPU):
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))               # [batch, h, w, c_in]
+      >>> w = jax.random.normal(jax.random.key(1), (5, 5, 3, 6))               # [kh, kw, c_in, c_out]
+      >>> ref = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      >>> out = conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      >>> bool(jnp.allclose(out, ref, atol=1e-4))
+      True
+    """
     covered = (lhs.ndim == 4 and padding == "VALID" and _is_plain(window_strides) and _is_plain(lhs_dilation)
                and _is_plain(rhs_dilation) and feature_group_count == 1 and batch_group_count == 1
                and precision is None and preferred_element_type is None
@@ -145,7 +200,14 @@ def max_pool_2x2(x):
     """``flax.linen.max_pool(x, (2, 2), strides=(2, 2))`` (VALID: odd rows/columns dropped) for
     ``x: [..., h, w, c]``: the same values. Its gradient goes to the window's maximum; where a window
     holds several equal maxima it is split among them (select-and-scatter gives it all to the first),
-    which after a ReLU only happens at 0, where the ReLU passes no gradient anyway."""
+    which after a ReLU only happens at 0, where the ReLU passes no gradient anyway.
+
+    Example:
+      >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))
+      >>> bool(jnp.array_equal(max_pool_2x2(x), nn.max_pool(x, (2, 2), strides=(2, 2))))
+      True
+    """
     h, w, c = x.shape[-3:]
     x = x[..., :h - h % 2, :w - w % 2, :]
     x = x.reshape(x.shape[:-3] + (h // 2, 2, w // 2, 2, c))
@@ -153,7 +215,14 @@ def max_pool_2x2(x):
 
 
 def avg_pool_2x2(x):
-    """``flax.linen.avg_pool(x, (2, 2), strides=(2, 2))`` (VALID) for ``x: [..., h, w, c]``."""
+    """``flax.linen.avg_pool(x, (2, 2), strides=(2, 2))`` (VALID) for ``x: [..., h, w, c]``.
+
+    Example:
+      >>> import flax.linen as nn, jax, jax.numpy as jnp
+      >>> x = jax.random.normal(jax.random.key(0), (2, 8, 8, 3))
+      >>> bool(jnp.allclose(avg_pool_2x2(x), nn.avg_pool(x, (2, 2), strides=(2, 2)), atol=1e-6))
+      True
+    """
     h, w, c = x.shape[-3:]
     x = x[..., :h - h % 2, :w - w % 2, :]
     return jnp.mean(x.reshape(x.shape[:-3] + (h // 2, 2, w // 2, 2, c)), axis=(-4, -2))
