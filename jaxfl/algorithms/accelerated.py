@@ -150,7 +150,10 @@ def one_pass_batch(x, y, count, k, silo_index, round_index, pass_seed, silo_key)
 
     Round 0's silo key fixes the order: at round 0 it is the client's own key; later rounds re-derive it
     from the round-0 key the server stored (``pass_seed``), so every round sees the same order.
-    Beyond ``floor(count / K)`` rounds a silo has no unused records and its batch weights are 0."""
+    Beyond ``floor(count / K)`` rounds a silo has no unused records and its batch weights are 0.
+
+    Example: :func:`accelerated_minibatch_sgd` (one-pass sampling, its default).
+    """
     stored = keys_lib.silo_key(jax.random.wrap_key_data(pass_seed), silo_index)
     order_key = jax.random.wrap_key_data(jnp.where(round_index == 0, jax.random.key_data(silo_key),
                                                    jax.random.key_data(stored)))
@@ -228,7 +231,10 @@ def _acsa(*, schedule, batch_size, mu, regularization, sampling, participation, 
 
 
 def one_pass_privacy(batch_size, events_for, central_for=None):
-    """Parallel composition over disjoint batches: the run costs one round, for ``floor(n_min / K)`` rounds."""
+    """Parallel composition over disjoint batches: the run costs one round, for ``floor(n_min / K)`` rounds.
+
+    Example: :func:`accelerated_minibatch_sgd` (20 rounds certified at one round's epsilon).
+    """
 
     def privacy(counts):
         counts = np.asarray(counts)

@@ -33,7 +33,18 @@ _UNREADABLE = (OSError, EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarErr
 
 @contextlib.contextmanager
 def readable(path):
-    """Turns a truncated or corrupt file's parse error into one ``ValueError`` naming the file."""
+    """Turns a truncated or corrupt file's parse error into one ``ValueError`` naming the file.
+
+    Example:
+      >>> import gzip, pathlib, tempfile
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "cut.gz"
+      >>> _ = path.write_bytes(gzip.compress(b"0123456789" * 100)[:20])        # a truncated download
+      >>> with readable(path):
+      ...     _ = gzip.open(path).read()
+      Traceback (most recent call last):
+      ...
+      ValueError: ...cut.gz...
+    """
     try:
         yield
     except _UNREADABLE as error:

@@ -23,7 +23,10 @@ def _pyplot():
 
 
 def figure(doc: dict, layout: Figure, path) -> None:
-    """Metric against epsilon per panel, curves and reference lines as ``layout`` says."""
+    """Metric against epsilon per panel, curves and reference lines as ``layout`` says.
+
+    Example: :func:`jaxfl.studies.report.write` draws ``figure.png`` with it (the report module's example).
+    """
     plt = _pyplot()
 
     cells = _cells(doc)
@@ -93,7 +96,10 @@ def _finish_axes(ax, doc: dict, layout, panel: str) -> None:
 
 
 def rounds_figure(doc: dict, layout: RoundsFigure, path) -> None:
-    """Learning curves per panel as ``layout`` says (runs without a ``curve`` are skipped)."""
+    """Learning curves per panel as ``layout`` says (runs without a ``curve`` are skipped).
+
+    Example: :func:`figure` (``curves.png`` for studies with a :class:`~jaxfl.studies.report.RoundsFigure`).
+    """
     plt = _pyplot()
 
     panels = [p for p in _panels(doc) if any(r.get("curve") and r.get("panel", "") == p for r in doc["runs"])]

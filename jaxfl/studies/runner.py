@@ -224,7 +224,10 @@ def compare_parts(a: str | os.PathLike, b: str | os.PathLike, metric: str = "tes
     Returns ``{"parts": [(name, values in a, values in b), ...], "only_a": [...], "only_b": [...],
     "values": count, "max_abs": ..., "mean_abs": ..., "worst": name}`` (absolute differences of the metric).
     Raises ValueError when a folder holds no parts, none is in both, or a part lacks ``metric`` or differs in
-    shape."""
+    shape.
+
+    Example: ``jaxfl compare-parts A B`` (the CLI), e.g. a study's CPU and GPU results folders.
+    """
     def stored(folder) -> dict[str, Path]:
         folder = Path(folder)
         folder = folder / "parts" if (folder / "parts").is_dir() else folder
@@ -269,7 +272,12 @@ class Share:
     programs and checkpointed runs, numbered in the order :func:`run` meets them -- go to whichever worker
     claims them first (an exclusively created file ``claims/<unit>``, so the workers balance themselves), or,
     without ``claims``, units ``index``, ``index + count``, ... Workers store what they run (parts,
-    checkpoints); a final :func:`run` without a share then reuses all of it."""
+    checkpoints); a final :func:`run` without a share then reuses all of it.
+
+    Example (without a claims folder, worker 1 of 3 takes units 1, 4, 7, ...):
+      >>> Share(1, 3).index, Share(1, 3).count
+      (1, 3)
+    """
 
     index: int
     count: int
