@@ -318,7 +318,10 @@ def chain(*proxes: Prox) -> Prox:
 
 
 class ProximalState(NamedTuple):
-    """:func:`proximal`'s state: the wrapped optimizer's (``inner``) and the update count (for a schedule)."""
+    """:func:`proximal`'s state: the wrapped optimizer's (``inner``) and the update count (for a schedule).
+
+    Example: :func:`proximal`.
+    """
 
     inner: optax.OptState
     count: jax.Array

@@ -24,7 +24,10 @@ _tmap = jax.tree_util.tree_map
 
 
 class ScaffoldServer(NamedTuple):
-    """SCAFFOLD's server state: the model, the server optimizer state, the round counter and ``c``."""
+    """SCAFFOLD's server state: the model, the server optimizer state, the round counter and ``c``.
+
+    Example: :func:`scaffold`.
+    """
 
     params: Any
     opt_state: Any

@@ -75,6 +75,8 @@ class CanaryGame(NamedTuple):
         ``w`` and zeros elsewhere.
       relation: the neighbouring relation the two datasets are neighbours under.
       level: ``"record"`` (the canary is one record of silo 0) or ``"client"`` (the canary is silo 0).
+
+    Example: :func:`canary_game`.
     """
 
     inside: FederatedData

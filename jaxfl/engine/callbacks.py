@@ -86,6 +86,8 @@ class Run:
       stop_reason: set by a callback to end the run after the current record (e.g. ``"budget"``).
       failure: an exception raised while building the record (an evaluation's), raised by ``train`` once every
         callback has seen the record.
+
+    Example: the module docstring's.
     """
 
     algorithm: FederatedAlgorithm
@@ -135,6 +137,8 @@ class Evaluate(Callback):
     Args:
       eval_fn: ``params -> dict of floats``, or None.
       silo_eval_fn: ``(silo_params, silo) -> dict of scalars``, vmapped over silos and jitted, or None.
+
+    Example: the module docstring's.
     """
 
     def __init__(self, eval_fn: Callable[[Any], dict] | None = None,
@@ -166,7 +170,10 @@ class Evaluate(Callback):
 
 class Stamp(Callback):
     """Adds the epsilon spent so far (``record["epsilon"]``, the largest over silos, with a ledger) and the run's
-    wall seconds since round 0 (``record["wall_seconds"]``, summed over the sittings of a resumed run)."""
+    wall seconds since round 0 (``record["wall_seconds"]``, summed over the sittings of a resumed run).
+
+    Example: the module docstring's.
+    """
 
     def on_record(self, run: Run, record: dict) -> None:
         if run.ledger is not None:
@@ -176,7 +183,10 @@ class Stamp(Callback):
 
 class BudgetStop(Callback):
     """Stops the run before the first round that would push any silo's epsilon past ``target_epsilon`` at the
-    run's ``delta`` (``stop_reason`` ``"budget"``): each call is shortened to the rounds the ledger allows."""
+    run's ``delta`` (``stop_reason`` ``"budget"``): each call is shortened to the rounds the ledger allows.
+
+    Example: the module docstring's.
+    """
 
     def __init__(self, target_epsilon: float):
         self.target_epsilon = target_epsilon
@@ -194,7 +204,10 @@ class BudgetStop(Callback):
 
 class MetricsFile(Callback):
     """Appends every record to a JSONL file (flushed and fsync'ed); a resumed run first drops the lines past the
-    round it resumes from."""
+    round it resumes from.
+
+    Example: the module docstring's.
+    """
 
     def __init__(self, path: str | os.PathLike):
         self.writer = MetricsWriter(path)
@@ -215,6 +228,8 @@ class Checkpoints(Callback):
     Args:
       directory: the checkpoint folder.
       max_to_keep: checkpoints kept (the newest ones).
+
+    Example: the module docstring's.
     """
 
     def __init__(self, directory: str | os.PathLike, max_to_keep: int = 2):
@@ -244,7 +259,10 @@ class Checkpoints(Callback):
 
 class OnRecord(Callback):
     """Calls ``fn(record)`` with every record that was built without an evaluation error (e.g. to log a long
-    run's progress)."""
+    run's progress).
+
+    Example: the module docstring's.
+    """
 
     def __init__(self, fn: Callable[[dict], None]):
         self.fn = fn
@@ -260,6 +278,9 @@ class TensorBoard(Callback):
 
     Args:
       logdir: the event files' folder (``tensorboard --logdir`` it).
+
+    Example (the module docstring's run, with ``callbacks=[TensorBoard(logdir)]``; needs the ``tensorboard`` extra):
+      >>> TensorBoard("runs/tb")                                  # doctest: +SKIP
     """
 
     def __init__(self, logdir: str | os.PathLike):

@@ -20,6 +20,9 @@ from jaxfl.privacy.secure import LatticeGaussian
 
 
 class NoiseState(NamedTuple):
+    """The state of this module's transformations: ``count``, the updates so far (update ``t`` draws its noise
+    from ``step_key(key, t, NOISE)``). Example: :func:`gaussian_noise`."""
+
     count: jnp.ndarray  # int32 scalar, number of updates so far
 
 

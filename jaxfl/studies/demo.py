@@ -98,7 +98,11 @@ STUDY = registry.register(Study(
 
 
 def main(quick: bool = False, seeds: int | None = None, out_dir=None) -> None:
-    """Runs the demo, prints its table (and writes its results under ``out_dir`` when given)."""
+    """Runs the demo, prints its table (and writes its results under ``out_dir`` when given).
+
+    Example (what ``jaxfl demo --quick`` runs; about 20 s):
+      >>> main(quick=True)                                        # doctest: +SKIP
+    """
     t0 = time.perf_counter()
     form = STUDY.form_of(quick)
     if seeds is not None:
