@@ -31,11 +31,18 @@ NEEDS_DATA = {"jaxfl.data.loaders": "mnist/t10k-images-idx3-ubyte.gz",
               "jaxfl.data.sources": "mnist/t10k-labels-idx1-ubyte.gz"}
 
 
+#: Modules whose examples take over ~5 s on one core (they train or audit several algorithms): the slow tier.
+SLOW = {"jaxfl.models.nets", "jaxfl.algorithms.shuffled", "jaxfl.algorithms.variance_reduced", "jaxfl.privacy.shuffle",
+        "jaxfl.audit", "jaxfl.audit.catalogue", "jaxfl.accounting.moments", "jaxfl.studies.registry",
+        "jaxfl.privacy.ghost", "jaxfl.models.conv"}
+
+
 def test_some_modules_have_examples():
-    assert {"jaxfl.algorithms.sgd", "jaxfl.models.rewrite"} <= set(MODULES)
+    assert {"jaxfl.algorithms.sgd", "jaxfl.models.rewrite"} <= set(MODULES) and SLOW <= set(MODULES)
 
 
-@pytest.mark.parametrize("name", MODULES)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
+                                  for name in MODULES])
 def test_docstring_examples_run(name):
     if name in NEEDS_DATA and find_file(NEEDS_DATA[name]) is None:
         pytest.skip(f"{name}'s examples read {NEEDS_DATA[name]}, not found here (set JAXFL_DATA_DIR)")
