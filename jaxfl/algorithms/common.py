@@ -64,7 +64,7 @@ def per_silo_noise(noise_multiplier):
       >>> per_silo_noise([1.0, 2.0])[1].tolist()
       [1.0, 2.0]
     """
-    return (None, jnp.asarray(noise_multiplier, jnp.float32)) if jnp.ndim(noise_multiplier) == 1 else (
+    return (None, jnp.asarray(noise_multiplier, jnp.float32)) if np.ndim(noise_multiplier) == 1 else (
         noise_multiplier, None)
 
 
