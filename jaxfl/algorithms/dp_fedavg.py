@@ -4,12 +4,15 @@ DP-REC's baseline. Clients take part by Poisson sampling with rate ``q`` (``part
 runs non-private local SGD, clips its delta to ``C``, and the server adds ``N(0, (z C)^2 I)`` to the sum and
 divides by ``expected_clients``, a constant the user fixes before any data is seen (McMahan et al.'s
 fixed-denominator estimator, ``q W``), never by a count of the clients present: adding or removing one client
-then moves the release by at most ``C / expected_clients`` and changes nothing else.
+then moves the release by at most ``C / expected_clients`` and changes nothing else. With
+``clip_norm=adaptive_clip(...)`` the clip follows a private quantile of the update norms
+(:mod:`jaxfl.privacy.adaptive_clipping`, Andrew et al. 2021).
 """
 from __future__ import annotations
 
 import math
 import warnings
+from typing import Any, NamedTuple
 
 import dp_accounting
 import jax
@@ -23,6 +26,7 @@ from jaxfl.engine import local
 from jaxfl.engine.participation import Participation, poisson
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
 from jaxfl.engine.rounds import make_round
+from jaxfl.privacy import adaptive_clipping
 from jaxfl.privacy import keys as keys_lib
 from jaxfl.privacy.clipping import clip_update
 from jaxfl.privacy.noise import add_gaussian_noise
@@ -48,8 +52,14 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         ``q`` times the number of clients you plan for (required: dividing by the number of clients
         in the data would make the scale of the release reveal whether a client is there; an audit of that
         finds epsilon >= 8 where 0.81 is claimed). May be traced.
-      clip_norm: ``C``, the L2 bound on each client's model delta.
-      noise_multiplier: ``z``; noise std on the sum of clipped deltas is ``z C``.
+      clip_norm: ``C``, the L2 bound on each client's model delta; or
+        :func:`jaxfl.privacy.adaptive_clipping.adaptive_clip` ``(C_0, target_quantile=...)``: the bound starts at
+        ``C_0`` and follows that quantile of the clients' delta norms, estimated privately each round (the state
+        is an :class:`AdaptiveServerState`; ``info["clip_norm"]`` is the round's bound).
+      noise_multiplier: ``z``; noise std on the sum of clipped deltas is ``z C``. With adaptive clipping ``z`` is
+        the round's whole mechanism (what the statement below composes): the deltas get
+        :func:`~jaxfl.privacy.adaptive_clipping.update_noise_multiplier` ``(z, sigma_b)``, a little more, and the
+        bits' sum ``sigma_b``.
       server_opt: applied to the noisy mean delta (default ``optax.sgd(1.0)``).
       clients_per_pass: the sampled clients (only those) run this many at a time, one block after another
         (:func:`jaxfl.engine.rounds.make_round`): a round costs about as many client runs as clients were sampled.
@@ -64,7 +74,9 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
 
     Privacy (client level, central: add/remove one client's whole data, against anyone who sees the server's
     models; the server is trusted with the clipped updates; the number of clients is not assumed public): per
-    round ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``.
+    round ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``. With adaptive clipping the same: the noisy deltas at
+    ``z_delta C_t`` and the noisy bits at ``sigma_b`` (sensitivity 1/2) are one Gaussian mechanism of multiplier
+    ``z`` (Andrew et al.); ``C_t`` is a function of earlier releases.
 
     Example:
       >>> import jax, numpy as np, optax, jaxfl
@@ -79,8 +91,18 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
       >>> result = jaxfl.train(algorithm, data, init_linear(5), rounds=30, delta=1e-4, progress=False)
       >>> round(result.epsilon, 2)                           # client level: one client's data added or removed
       4.05
+      >>> from jaxfl.privacy import adaptive_clip                 # the clip follows the median of the delta norms
+      >>> adaptive = dp_fedavg(logistic_loss, client_opt=optax.sgd(0.5), local_steps=2, batch_size=5,
+      ...                      participation=jaxfl.engine.participation.poisson(0.1), expected_clients=20,
+      ...                      clip_norm=adaptive_clip(0.01), noise_multiplier=1.0)
+      >>> result = jaxfl.train(adaptive, data, init_linear(5), rounds=30, delta=1e-4, progress=False)
+      >>> round(result.epsilon, 2), float(result.state.clip_norm) > 0.01     # the same statement; the clip grew
+      (4.05, True)
     """
     client_rate = _client_rate(participation, client_rate)
+    adaptive = clip_norm if isinstance(clip_norm, adaptive_clipping.AdaptiveClip) else None
+    if adaptive is not None:
+        clip_norm = adaptive.initial
     check_private_args(clip_norm, noise_multiplier)
     if isinstance(client_rate, (int, float)):  # a traced rate (a sweep) is checked by whoever built the sweep
         checks.probability("client_rate", client_rate)
@@ -101,7 +123,7 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     server_opt = optax.sgd(1.0) if server_opt is None else server_opt
     clients_per_pass = _clients_per_pass(clients_per_pass, expected_clients)
 
-    def client(params, x, y, count, silo_key):
+    def local_delta(params, x, y, count, silo_key):
         def gradient(p, step, drawn):
             return local.noisy_gradient(loss_fn, p, x, y, count, silo_key, step, sampler=sampler,
                                         clip_norm=math.inf, noise_multiplier=0.0, drawn=drawn)
@@ -113,8 +135,10 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
             final, _ = local.local_steps(params, num_steps=int(local_steps), client_opt=client_opt,
                                          gradient_fn=gradient,
                                          draw_fn=local.step_draws(sampler, silo_key, count, x.shape[0], params, 0.0))
-        delta = jax.tree_util.tree_map(lambda a, b: a - b, params, final)
-        clipped, norm = clip_update(delta, clip_norm)
+        return jax.tree_util.tree_map(lambda a, b: a - b, params, final)
+
+    def client(params, x, y, count, silo_key):
+        clipped, norm = clip_update(local_delta(params, x, y, count, silo_key), clip_norm)
         return clipped, {"delta_norm": norm, "clipped_fraction": (norm > clip_norm).astype(jnp.float32)}
 
     def server(state, summed, ctx):
@@ -131,8 +155,61 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
                                                     clipped_sum_gaussian(float(noise_multiplier), relation))
         return RoundPrivacy(events=(event,), level="client", relation=relation)
 
+    if adaptive is not None:
+        return _adaptive(adaptive, local_delta, server_opt, noise_multiplier, expected_clients, client_rate,
+                         clients_per_pass, privacy, name)
     return FederatedAlgorithm(init=init_server(server_opt),
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass),
+                              privacy=privacy, name=name)
+
+
+class AdaptiveServerState(NamedTuple):
+    """:func:`dp_fedavg`'s server state with adaptive clipping: the model, the server optimizer's state, the round
+    counter and ``clip_norm``, the bound the next round's clients clip to. Example: :func:`dp_fedavg`."""
+
+    params: Any
+    opt_state: Any
+    round: jnp.ndarray
+    clip_norm: jnp.ndarray
+
+
+def _adaptive(settings, local_delta, server_opt, noise_multiplier, expected_clients, client_rate, clients_per_pass,
+              privacy, name):
+    """DP-FedAvg whose clip follows a private quantile (:mod:`jaxfl.privacy.adaptive_clipping`)."""
+    count_stddev = adaptive_clipping.count_stddev_for(settings, expected_clients)
+    update_multiplier = adaptive_clipping.update_noise_multiplier(noise_multiplier, count_stddev)
+    base_init = init_server(server_opt)
+
+    def init(params):
+        return AdaptiveServerState(*base_init(params), jnp.asarray(settings.initial, jnp.float32))
+
+    def client(sent, x, y, count, silo_key):
+        params, clip = sent
+        clipped, norm = clip_update(local_delta(params, x, y, count, silo_key), clip)
+        below = (norm <= clip).astype(jnp.float32)
+        return (clipped, below - 0.5), {"delta_norm": norm, "clipped_fraction": 1.0 - below}
+
+    def server(state, summed, ctx):
+        delta_sum, bit_sum = summed
+
+        def key(step):  # step 0: the deltas' noise, step 1: the bits'
+            return keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=step,
+                                              purpose=keys_lib.Purpose.NOISE)
+
+        inverse = 1.0 / jnp.asarray(expected_clients, jnp.float32)
+        noisy = add_gaussian_noise(key(0), delta_sum, update_multiplier * state.clip_norm)
+        mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
+        noisy_bits = add_gaussian_noise(key(1), bit_sum, count_stddev)
+        fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected_clients, jnp.float32))
+        clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile,
+                                           settings.learning_rate)
+        stepped = apply_server_update(server_opt, state, mean)
+        return (AdaptiveServerState(*stepped, clip),
+                {"update_norm": optax.tree.norm(mean), "clip_norm": state.clip_norm, "below_fraction": fraction})
+
+    return FederatedAlgorithm(init=init,
+                              round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass,
+                                               broadcast=lambda state: (state.params, state.clip_norm)),
                               privacy=privacy, name=name)
 
 

@@ -246,6 +246,9 @@ AUDITS = {
                         "add/remove-one record"),
     "dp_fedavg": Audit(lambda: (_dp_fedavg(), _client_game()),
                        "pld", 1, "client rate 0.3, z 1.5, expected_clients fixed: add/remove-one client"),
+    "dp_fedavg_adaptive": Audit(lambda: (_dp_fedavg(clip_norm=_ADAPTIVE()), _client_game()), "pld", 2,
+                                "dp_fedavg with adaptive clipping (bits' noise 2, step 1): two rounds, the second "
+                                "at the clip the first's noisy bits set: add/remove-one client"),
     "personalized": Audit(lambda: (_personalized(), _with_head(_record_game())), "pld", 1,
                           "shared body and a private head, noise on both, expected_batch_size fixed: add/remove-one"),
     "personalized_joint": Audit(lambda: (_personalized("shared"), _with_head(_record_game())),
@@ -293,6 +296,47 @@ AUDITS = {
                     "bits: add/remove-one client"),
 }
 """The audits ``jaxfl audit NAME`` runs: name -> :class:`Audit`."""
+
+
+def _ADAPTIVE():
+    from jaxfl.privacy.adaptive_clipping import adaptive_clip
+
+    return adaptive_clip(CLIP, learning_rate=1.0, count_stddev=2.0)
+
+
+class _AdaptiveState(NamedTuple):
+    params: Any
+    clip: jax.Array
+
+
+def _adaptive_bits_unnoised():
+    """DP-FedAvg with adaptive clipping (one local step on the linear loss) whose server sets the next clip from
+    the exact fraction of clients under the clip: the second round's noise scale then tells whether the canary
+    took part in the first. A sabotage, not an algorithm."""
+    from jaxfl.privacy import adaptive_clipping as ac
+    from jaxfl.privacy.clipping import clip_update
+    from jaxfl.privacy.noise import add_gaussian_noise
+
+    settings, expected = _ADAPTIVE(), RATE * (BACKGROUND + 1)
+    z_delta = ac.update_noise_multiplier(NOISE, settings.count_stddev)
+
+    def client(sent, x, y, count, silo_key):
+        params, clip = sent
+        clipped, norm = clip_update({"w": -x[0]}, clip)   # one SGD step of size 1 on -<w, x>
+        return (clipped, (norm <= clip).astype(jnp.float32) - 0.5), {}
+
+    def server(state, summed, ctx):
+        delta_sum, bit_sum = summed
+        key = keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=0, purpose=keys_lib.Purpose.NOISE)
+        noisy = add_gaussian_noise(key, delta_sum, z_delta * state.clip)
+        fraction = ac.below_fraction(bit_sum, expected)   # the sabotage: no noise on the bits
+        clip = ac.next_clip(state.clip, fraction, settings.target_quantile, settings.learning_rate)
+        params = jax.tree_util.tree_map(lambda p, d: p - d / expected, state.params, noisy)
+        return _AdaptiveState(params, clip), {}
+
+    return FederatedAlgorithm(lambda params: _AdaptiveState(params, jnp.asarray(CLIP, jnp.float32)),
+                              make_round(client, server, poisson(RATE), broadcast=lambda s: (s.params, s.clip)),
+                              name="dp_fedavg")
 
 
 class _StaleNoise(NamedTuple):
@@ -372,6 +416,9 @@ SABOTAGES = {
         about="noisy MB-SGD (draws with replacement) with the clip 100x looser, the same noise std"),
     "dp_fedavg_noise_halved": Sabotage(lambda: (_dp_fedavg(noise_multiplier=NOISE / 2), _dp_fedavg(), _client_game()),
                                        about="dp_fedavg with z halved"),
+    "adaptive_bits_unnoised": Sabotage(lambda: (_adaptive_bits_unnoised(), _dp_fedavg(clip_norm=_ADAPTIVE()),
+                                                _client_game()), rounds=2,
+                                       about="adaptive clipping whose server reads the clients' bits without noise"),
     "noisy_minibatch_sgd_pld_noise_reduced": Sabotage(
         lambda: (_noisy_minibatch_sgd(noise_multiplier=0.75), _noisy_minibatch_sgd(noise_multiplier=3.0),
                  _record_game(REPLACE_ONE)), "pld",

@@ -40,6 +40,7 @@ HONEST = [
     pytest.param("dp_rec", 1.159, id="dp_rec", marks=pytest.mark.slow),                                    # 0.119
     pytest.param("nssgd", 2.330, id="nssgd", marks=pytest.mark.slow),                                      # 0.000
     pytest.param("sdp_prox_sgd", 1.999, id="sdp_prox_sgd", marks=pytest.mark.slow),                        # 0.019
+    pytest.param("dp_fedavg_adaptive", 1.083, id="dp_fedavg_adaptive", marks=pytest.mark.slow),            # 0.352
 ]
 
 # (name, the bound the sabotage reaches at 20,000 runs, the floor asserted)
@@ -60,6 +61,7 @@ SABOTAGED = [
     pytest.param("dp_rec_clipping_loosened", 2.5, id="dp_rec_clipping_loosened", marks=pytest.mark.slow),    # 3.67
     pytest.param("nssgd_noise_reduced", 3.5, id="nssgd_noise_reduced", marks=pytest.mark.slow),              # 4.62
     pytest.param("sdp_prox_sgd_noise_off", 5.0, id="sdp_prox_sgd_noise_off", marks=pytest.mark.slow),        # 7.59
+    pytest.param("adaptive_bits_unnoised", 3.5, id="adaptive_bits_unnoised", marks=pytest.mark.slow),        # 4.75
 ]
 
 
