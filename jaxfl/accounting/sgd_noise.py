@@ -217,6 +217,7 @@ class LowyAccountant(_DpAccountingAccountant):
 
     Example (Theorem 2.1's noise for (1, 1e-5) over 10 rounds, K = 17 of 1,000 records: the proof's own steps
     certify about half the target):
+
       >>> import dp_accounting
       >>> z = noise_multiplier_from_sigma(sigma_theorem(1.0, 1000, 10, 1.0, 1e-5), 1.0, 17)
       >>> event = dp_accounting.SampledWithReplacementDpEvent(1000, 17, dp_accounting.GaussianDpEvent(z))

@@ -276,6 +276,7 @@ def noisy_minibatch_sgd(loss_fn, *, step_size, batch_size: int, clip_norm: float
 
     Example (calibrated by :func:`calibrate_minibatch_sgd` to (8, 1e-5) per silo; the closed-form accountant of
     Lowy & Razaviyayn's proof certifies less):
+
       >>> import jax, numpy as np, jaxfl
       >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
       >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records

@@ -201,6 +201,7 @@ def sdp_prox_sgd(loss_fn, *, params, step_size, batch_size: int, clip_norm: floa
 
     Example (P_vec with 200 noise bits per user and coordinate; usually from
     :func:`jaxfl.privacy.shuffle.pvec_parameters`):
+
       >>> import jax, numpy as np, jaxfl
       >>> from jaxfl.models import binary_accuracy, init_linear, logistic_loss
       >>> x = np.asarray(jax.random.normal(jax.random.key(0), (4, 200, 3)))            # 4 silos of 200 records

@@ -274,6 +274,7 @@ def shuffle_sum(key, vectors, mask, lipschitz, params: ShuffleParams, *, clip: b
 
     Example (eps 1 for 1,000 users in 10 dimensions: per-coordinate noise std about 33, against a sum whose
     entries are at most 1,000 L):
+
       >>> import jax
       >>> params = ShuffleParams(64, 5909, 0.25)           # pvec_parameters(1.0, 1e-5, 1000, 10)
       >>> x = 0.1 * jax.random.normal(jax.random.key(0), (1000, 10))

@@ -93,6 +93,7 @@ def register(study, home: str | os.PathLike | None = None):
 
     Example (a study of your own, here the demo under another name, then ``jaxfl reproduce my-demo --papers DIR``
     from the folder holding your module, or :func:`reproduce`):
+
       >>> import dataclasses
       >>> from jaxfl.studies.demo import STUDY
       >>> mine = register(dataclasses.replace(STUDY, name="my-demo", description="the demo, once more"))

@@ -92,6 +92,7 @@ class Table:
 
     Example (the demo's: test accuracy of the DP family per epsilon, the certified epsilon beside it, the two
     non-private families as reference rows, statistics over seeds):
+
       >>> table = Table(columns=(Column("DP", "dp", "mean_std"), Column("epsilon spent", "dp", "certified")),
       ...               metric="test_accuracy", metric_name="test accuracy", references=("mbsgd", "fedavg"),
       ...               over="seeds", reference_value="mean_std")
