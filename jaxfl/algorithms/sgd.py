@@ -8,16 +8,19 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
 from jaxfl import checks
-from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_round_silo_privacy,
-                                    per_silo_noise, sampled_silo_privacy)
+from jaxfl.algorithms.common import (apply_server_update, check_private_args, init_server, mean_server,
+                                    per_round_silo_privacy, per_silo_noise, sampled_silo_privacy)
 from jaxfl.engine import local
 from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, PerRound
 from jaxfl.engine.rounds import make_round
+from jaxfl.privacy import adaptive_clipping
+from jaxfl.privacy import keys as keys_lib
 
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
@@ -139,12 +142,20 @@ def dp_sgd(loss_fn, *, optimizer: optax.GradientTransformation, expected_batch_s
       optimizer: an optax transformation applied to the noisy mean gradient, e.g. ``optax.sgd(0.25)``.
       expected_batch_size: ``b``, the expected records per step and the constant the noisy sum is divided by.
       num_records: ``n``, the dataset size the rate ``b / n`` is set from, a public number fixed in advance.
-      clip_norm: ``C``, the per-example L2 clip. noise_multiplier: ``z`` (noise std ``z C`` on the sum).
+      clip_norm: ``C``, the per-example L2 clip; or :func:`jaxfl.privacy.adaptive_clip` ``(C_0, ...)``: the clip
+        starts at ``C_0`` and follows a quantile of the per-example gradient norms, estimated privately at every
+        step from a noisy count of the sampled records it did not shrink (Andrew et al. 2021; the state's
+        ``clip_norm``, ``info["clip_norm"]``).
+      noise_multiplier: ``z`` (noise std ``z C`` on the sum). With adaptive clipping ``z`` is the step's whole
+        mechanism: the gradients' sum gets ``update_noise_multiplier(z, sigma_b)`` and the count ``sigma_b``
+        (default ``expected_batch_size / 20``), one Gaussian of multiplier ``z`` together.
       microbatch, chunk: memory and speed only (:func:`minibatch_sgd`).
 
     Privacy: record level, **add/remove-one** (a dataset with one record more or less), ``n`` public: each
     step is a Poisson-subsampled Gaussian mechanism of rate ``b / n`` and noise multiplier ``z`` on a sum of
-    sensitivity ``C``, accounted by the RDP (default) or PLD accountant of ``train``.
+    sensitivity ``C``, accounted by the RDP (default) or PLD accountant of ``train``. With adaptive clipping the
+    same: one record moves the clipped sum by at most ``C_t`` and the count of unclipped records (centred: each
+    record adds ``+-1/2``) by at most 1/2 (:mod:`jaxfl.privacy.adaptive_clipping`).
 
     Example:
       >>> import jax, numpy as np, optax, jaxfl
@@ -157,14 +168,69 @@ def dp_sgd(loss_fn, *, optimizer: optax.GradientTransformation, expected_batch_s
       ...                      progress=False)
       >>> round(result.epsilon, 2), result.params["w"].shape
       (3.31, (5,))
+      >>> from jaxfl.privacy import adaptive_clip                 # the clip follows the median gradient norm
+      >>> adaptive = dp_sgd(logistic_loss, optimizer=optax.sgd(0.5), expected_batch_size=50, num_records=1000,
+      ...                   clip_norm=adaptive_clip(0.01), noise_multiplier=1.1)
+      >>> result = jaxfl.train(adaptive, jaxfl.from_silos([(x, y)]), init_linear(5), rounds=100, delta=1e-5,
+      ...                      progress=False)
+      >>> round(result.epsilon, 2), float(result.state.clip_norm) > 0.01     # the same statement
+      (3.31, True)
     """
     checks.positive_int("num_records", num_records)
     checks.positive_float("expected_batch_size", expected_batch_size)
     if expected_batch_size > num_records:
         raise ValueError(f"expected_batch_size ({expected_batch_size}) must be at most num_records ({num_records})")
+    if isinstance(clip_norm, adaptive_clipping.AdaptiveClip):
+        return _adaptive_dp_sgd(loss_fn, clip_norm, optimizer, expected_batch_size, num_records, noise_multiplier,
+                                microbatch, chunk)
     return minibatch_sgd(loss_fn, server_opt=optimizer, sampling_rate=expected_batch_size / num_records,
                          expected_batch_size=expected_batch_size, clip_norm=clip_norm,
                          noise_multiplier=noise_multiplier, microbatch=microbatch, chunk=chunk, name="dp_sgd")
+
+
+def _adaptive_dp_sgd(loss_fn, settings, optimizer, expected_batch_size, num_records, noise_multiplier, microbatch,
+                     chunk):
+    """:func:`dp_sgd` whose clip follows a private quantile of the per-example gradient norms."""
+    from jaxfl.algorithms.dp_fedavg import AdaptiveServerState
+
+    check_private_args(settings.initial, noise_multiplier)
+    count_stddev = adaptive_clipping.count_stddev_for(settings, expected_batch_size)
+    update_multiplier = adaptive_clipping.update_noise_multiplier(noise_multiplier, count_stddev)
+    sampler = local.make_sampler(sampling_rate=expected_batch_size / num_records, microbatch=microbatch, chunk=chunk,
+                                 expected_batch_size=expected_batch_size)
+    base_init = init_server(optimizer)
+
+    def init(params):
+        return AdaptiveServerState(*base_init(params), jnp.asarray(settings.initial, jnp.float32))
+
+    def client(sent, x, y, count, silo_key):
+        params, clip = sent
+        gradient, info, (records, clipped) = local.noisy_gradient_and_counts(
+            loss_fn, params, x, y, count, silo_key, 0, sampler=sampler, clip_norm=clip,
+            noise_multiplier=update_multiplier)
+        bits = (records - clipped) - 0.5 * records   # sum over the sampled records of 1{norm <= C_t} - 1/2
+        noise_key = keys_lib.step_key(silo_key, 1, keys_lib.Purpose.NOISE)   # step 0's NOISE is the gradient's
+        noisy_bits = bits + count_stddev * jax.random.normal(noise_key, (), jnp.float32)
+        return (gradient, noisy_bits), info
+
+    def server(state, summed, ctx):
+        gradient, noisy_bits = summed   # one silo: its message itself
+        fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected_batch_size, jnp.float32))
+        clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile,
+                                           settings.learning_rate)
+        stepped = apply_server_update(optimizer, state, gradient)
+        return (AdaptiveServerState(*stepped, clip),
+                {"update_norm": optax.tree.norm(gradient), "clip_norm": state.clip_norm, "below_fraction": fraction})
+
+    def round_(state, data, round_key, *args):
+        if data.num_silos != 1:
+            raise ValueError(f"dp_sgd with adaptive clipping trains one dataset, got {data.num_silos} silos "
+                             "(jaxfl.from_silos([(x, y)]))")
+        return inner(state, data, round_key, *args)
+
+    inner = make_round(client, server, resolve(None), broadcast=lambda state: (state.params, state.clip_norm))
+    return FederatedAlgorithm(init=init, round=round_, privacy=sampled_silo_privacy(sampler, noise_multiplier, 1),
+                              name="dp_sgd")
 
 
 def _per_round_rates(values) -> np.ndarray:

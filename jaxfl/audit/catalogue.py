@@ -246,6 +246,9 @@ AUDITS = {
                         "add/remove-one record"),
     "dp_fedavg": Audit(lambda: (_dp_fedavg(), _client_game()),
                        "pld", 1, "client rate 0.3, z 1.5, expected_clients fixed: add/remove-one client"),
+    "dp_sgd_adaptive": Audit(lambda: (_dp_sgd_adaptive(), _record_game()), "pld", 2,
+                             "dp_sgd with adaptive clipping (rate 0.3, bits' noise 2, step 1): two steps, the "
+                             "second at the clip the first's noisy count set: add/remove-one record"),
     "dp_fedavg_adaptive": Audit(lambda: (_dp_fedavg(clip_norm=_ADAPTIVE()), _client_game()), "pld", 2,
                                 "dp_fedavg with adaptive clipping (bits' noise 2, step 1): two rounds, the second "
                                 "at the clip the first's noisy bits set: add/remove-one client"),
@@ -302,6 +305,13 @@ def _ADAPTIVE():
     from jaxfl.privacy.adaptive_clipping import adaptive_clip
 
     return adaptive_clip(CLIP, learning_rate=1.0, count_stddev=2.0)
+
+
+def _dp_sgd_adaptive():
+    from jaxfl.algorithms import dp_sgd
+
+    return dp_sgd(linear_loss, optimizer=optax.sgd(1.0), expected_batch_size=RATE * (BACKGROUND + 1),
+                  num_records=BACKGROUND + 1, clip_norm=_ADAPTIVE(), noise_multiplier=NOISE, microbatch=None)
 
 
 class _AdaptiveState(NamedTuple):

@@ -261,11 +261,33 @@ def noisy_gradient(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sam
       >>> grad["w"].shape, sorted(info)
       ((3,), ['clipped_fraction'])
     """
+    gradient, info, _ = noisy_gradient_and_counts(loss_fn, params, x, y, count, silo_key, step, sampler=sampler,
+                                                  clip_norm=clip_norm, noise_multiplier=noise_multiplier, drawn=drawn)
+    return gradient, info
+
+
+def noisy_gradient_and_counts(loss_fn, params, x, y, count, silo_key, step, *, sampler: Sampler, clip_norm,
+                              noise_multiplier, drawn=None):
+    """:func:`noisy_gradient` and ``(records, clipped)``: how many records the step summed and how many of them
+    its clip shrank (before noise: not private on their own; adaptive clipping releases a noisy count of them).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jaxfl.models import init_linear, logistic_loss
+      >>> x = 10 * jax.random.normal(jax.random.key(0), (100, 3))
+      >>> y = (x[:, 0] > 0).astype(jnp.float32)
+      >>> grad, info, (records, clipped) = noisy_gradient_and_counts(
+      ...     logistic_loss, init_linear(3), x, y, 100, jax.random.key(1), 0, sampler=make_sampler(), clip_norm=0.1,
+      ...     noise_multiplier=0.0)
+      >>> float(records), float(clipped) / float(records) == float(info["clipped_fraction"])
+      (100.0, True)
+    """
     if drawn is None:
         drawn = step_draws(sampler, silo_key, count, x.shape[0], params, noise_multiplier)(step)
     minibatch, unit_noise = drawn
     summed, denominator = _step_sum(loss_fn, params, x, y, count, minibatch, sampler=sampler, clip_norm=clip_norm)
-    return _noisy_mean(summed, unit_noise, denominator, clip_norm, noise_multiplier)
+    gradient, info = _noisy_mean(summed, unit_noise, denominator, clip_norm, noise_multiplier)
+    return gradient, info, (summed.count, summed.num_clipped)
 
 
 def noisy_and_plain_gradients(loss_fn, noised, plain, x, y, count, silo_key, step, *, sampler: Sampler, clip_norm,
