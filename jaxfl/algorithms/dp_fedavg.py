@@ -173,6 +173,18 @@ class AdaptiveServerState(NamedTuple):
     clip_norm: jnp.ndarray
 
 
+def adaptive_server_step(server_opt, settings, state: AdaptiveServerState, pseudo_gradient, noisy_bits,
+                         expected) -> tuple:
+    """One server step of an adaptively clipped algorithm: ``server_opt`` on ``pseudo_gradient`` and the clip's
+    geometric step from the noisy sum of centred bits over the public ``expected`` count; returns ``(state,
+    info)``. Example: :func:`dp_fedavg` (and :func:`jaxfl.algorithms.sgd.dp_sgd`) with ``adaptive_clip``."""
+    fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected, jnp.float32))
+    clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile, settings.learning_rate)
+    stepped = apply_server_update(server_opt, state, pseudo_gradient)
+    return (AdaptiveServerState(*stepped, clip),
+            {"update_norm": optax.tree.norm(pseudo_gradient), "clip_norm": state.clip_norm, "below_fraction": fraction})
+
+
 def _adaptive(settings, local_delta, server_opt, noise_multiplier, expected_clients, client_rate, clients_per_pass,
               privacy, name):
     """DP-FedAvg whose clip follows a private quantile (:mod:`jaxfl.privacy.adaptive_clipping`)."""
@@ -199,13 +211,8 @@ def _adaptive(settings, local_delta, server_opt, noise_multiplier, expected_clie
         inverse = 1.0 / jnp.asarray(expected_clients, jnp.float32)
         noisy = add_gaussian_noise(key(0), delta_sum, update_multiplier * state.clip_norm)
         mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
-        noisy_bits = add_gaussian_noise(key(1), bit_sum, count_stddev)
-        fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected_clients, jnp.float32))
-        clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile,
-                                           settings.learning_rate)
-        stepped = apply_server_update(server_opt, state, mean)
-        return (AdaptiveServerState(*stepped, clip),
-                {"update_norm": optax.tree.norm(mean), "clip_norm": state.clip_norm, "below_fraction": fraction})
+        return adaptive_server_step(server_opt, settings, state, mean,
+                                    add_gaussian_noise(key(1), bit_sum, count_stddev), expected_clients)
 
     return FederatedAlgorithm(init=init,
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass,

@@ -13,14 +13,15 @@ import numpy as np
 import optax
 
 from jaxfl import checks
-from jaxfl.algorithms.common import (apply_server_update, check_private_args, init_server, mean_server,
-                                    per_round_silo_privacy, per_silo_noise, sampled_silo_privacy)
+from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_round_silo_privacy,
+                                    per_silo_noise, sampled_silo_privacy)
 from jaxfl.engine import local
 from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, PerRound
 from jaxfl.engine.rounds import make_round
 from jaxfl.privacy import adaptive_clipping
 from jaxfl.privacy import keys as keys_lib
+from jaxfl.privacy.noise import add_gaussian_noise
 
 
 def minibatch_sgd(loss_fn, *, server_opt: optax.GradientTransformation, batch_size: int | None = None,
@@ -191,7 +192,7 @@ def dp_sgd(loss_fn, *, optimizer: optax.GradientTransformation, expected_batch_s
 def _adaptive_dp_sgd(loss_fn, settings, optimizer, expected_batch_size, num_records, noise_multiplier, microbatch,
                      chunk):
     """:func:`dp_sgd` whose clip follows a private quantile of the per-example gradient norms."""
-    from jaxfl.algorithms.dp_fedavg import AdaptiveServerState
+    from jaxfl.algorithms.dp_fedavg import AdaptiveServerState, adaptive_server_step
 
     check_private_args(settings.initial, noise_multiplier)
     count_stddev = adaptive_clipping.count_stddev_for(settings, expected_batch_size)
@@ -210,17 +211,11 @@ def _adaptive_dp_sgd(loss_fn, settings, optimizer, expected_batch_size, num_reco
             noise_multiplier=update_multiplier)
         bits = (records - clipped) - 0.5 * records   # sum over the sampled records of 1{norm <= C_t} - 1/2
         noise_key = keys_lib.step_key(silo_key, 1, keys_lib.Purpose.NOISE)   # step 0's NOISE is the gradient's
-        noisy_bits = bits + count_stddev * jax.random.normal(noise_key, (), jnp.float32)
-        return (gradient, noisy_bits), info
+        return (gradient, add_gaussian_noise(noise_key, bits, count_stddev)), info
 
     def server(state, summed, ctx):
         gradient, noisy_bits = summed   # one silo: its message itself
-        fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected_batch_size, jnp.float32))
-        clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile,
-                                           settings.learning_rate)
-        stepped = apply_server_update(optimizer, state, gradient)
-        return (AdaptiveServerState(*stepped, clip),
-                {"update_norm": optax.tree.norm(gradient), "clip_norm": state.clip_norm, "below_fraction": fraction})
+        return adaptive_server_step(optimizer, settings, state, gradient, noisy_bits, expected_batch_size)
 
     def round_(state, data, round_key, *args):
         if data.num_silos != 1:

@@ -41,7 +41,7 @@ HONEST = [
     pytest.param("nssgd", 2.330, id="nssgd", marks=pytest.mark.slow),                                      # 0.000
     pytest.param("sdp_prox_sgd", 1.999, id="sdp_prox_sgd", marks=pytest.mark.slow),                        # 0.019
     pytest.param("dp_fedavg_adaptive", 1.083, id="dp_fedavg_adaptive", marks=pytest.mark.slow),            # 0.352
-    pytest.param("dp_sgd_adaptive", 1.083, id="dp_sgd_adaptive", marks=pytest.mark.slow),                  # 0.398
+    pytest.param("dp_sgd_adaptive", 1.083, id="dp_sgd_adaptive", marks=pytest.mark.slow),                  # 0.392
 ]
 
 # (name, the bound the sabotage reaches at 20,000 runs, the floor asserted)
