@@ -14,6 +14,7 @@ from jax.flatten_util import ravel_pytree
 from jaxfl import checks
 from jaxfl.accounting.events import RoundScheduleDpEvent
 from jaxfl.engine.protocol import RoundPrivacy, ServerState
+from jaxfl.privacy import adaptive_clipping
 
 NeighboringRelation = dp_accounting.NeighboringRelation
 
@@ -156,6 +157,33 @@ def apply_server_update(server_opt, state: ServerState, pseudo_gradient, project
     if projection is not None:
         params = projection(params)
     return ServerState(params, opt_state, state.round + 1)
+
+
+class AdaptiveServerState(NamedTuple):
+    """The server state of an adaptively clipped algorithm (:func:`jaxfl.algorithms.dp_fedavg.dp_fedavg`,
+    :func:`jaxfl.algorithms.sgd.dp_sgd` with ``adaptive_clip``): the model, the server optimizer's state, the
+    round counter and ``clip_norm``, the bound the next round clips to.
+
+    Example: :func:`jaxfl.algorithms.dp_fedavg.dp_fedavg`.
+    """
+
+    params: Any
+    opt_state: Any
+    round: jnp.ndarray
+    clip_norm: jnp.ndarray
+
+
+def adaptive_server_step(server_opt, settings, state: AdaptiveServerState, pseudo_gradient, noisy_bits,
+                         expected) -> tuple:
+    """One server step of an adaptively clipped algorithm: ``server_opt`` on ``pseudo_gradient`` and the clip's
+    geometric step from the noisy sum of centred bits over the public ``expected`` count; returns ``(state,
+    info)``. Example: :func:`jaxfl.algorithms.dp_fedavg.dp_fedavg` (and :func:`jaxfl.algorithms.sgd.dp_sgd`) with
+    ``adaptive_clip``."""
+    fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected, jnp.float32))
+    clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile, settings.learning_rate)
+    stepped = apply_server_update(server_opt, state, pseudo_gradient)
+    return (AdaptiveServerState(*stepped, clip),
+            {"update_norm": optax.tree.norm(pseudo_gradient), "clip_norm": state.clip_norm, "below_fraction": fraction})
 
 
 def safe_mean(tree, total):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, NamedTuple
 
 import dp_accounting
 import jax
@@ -21,7 +20,8 @@ import optax
 
 from jaxfl.accounting.events import clipped_sum_gaussian
 from jaxfl import checks
-from jaxfl.algorithms.common import apply_server_update, check_private_args, init_server
+from jaxfl.algorithms.common import (AdaptiveServerState, adaptive_server_step, apply_server_update,
+                                    check_private_args, init_server)
 from jaxfl.engine import local
 from jaxfl.engine.participation import Participation, poisson
 from jaxfl.engine.protocol import FederatedAlgorithm, RoundPrivacy
@@ -142,11 +142,7 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
         return clipped, {"delta_norm": norm, "clipped_fraction": (norm > clip_norm).astype(jnp.float32)}
 
     def server(state, summed, ctx):
-        noise_key = keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=0,
-                                               purpose=keys_lib.Purpose.NOISE)
-        noisy = add_gaussian_noise(noise_key, summed, noise_multiplier * clip_norm)
-        inverse = 1.0 / jnp.asarray(expected_clients, jnp.float32)  # reciprocal: see privacy/noise.py
-        mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
+        mean = _noisy_mean(ctx.round_key, summed, noise_multiplier * clip_norm, expected_clients)
         return apply_server_update(server_opt, state, mean), {"update_norm": optax.tree.norm(mean)}
 
     def privacy(counts):
@@ -161,28 +157,6 @@ def dp_fedavg(loss_fn, *, client_opt: optax.GradientTransformation, local_steps:
     return FederatedAlgorithm(init=init_server(server_opt),
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass),
                               privacy=privacy, name=name)
-
-
-class AdaptiveServerState(NamedTuple):
-    """:func:`dp_fedavg`'s server state with adaptive clipping: the model, the server optimizer's state, the round
-    counter and ``clip_norm``, the bound the next round's clients clip to. Example: :func:`dp_fedavg`."""
-
-    params: Any
-    opt_state: Any
-    round: jnp.ndarray
-    clip_norm: jnp.ndarray
-
-
-def adaptive_server_step(server_opt, settings, state: AdaptiveServerState, pseudo_gradient, noisy_bits,
-                         expected) -> tuple:
-    """One server step of an adaptively clipped algorithm: ``server_opt`` on ``pseudo_gradient`` and the clip's
-    geometric step from the noisy sum of centred bits over the public ``expected`` count; returns ``(state,
-    info)``. Example: :func:`dp_fedavg` (and :func:`jaxfl.algorithms.sgd.dp_sgd`) with ``adaptive_clip``."""
-    fraction = adaptive_clipping.below_fraction(noisy_bits, jnp.asarray(expected, jnp.float32))
-    clip = adaptive_clipping.next_clip(state.clip_norm, fraction, settings.target_quantile, settings.learning_rate)
-    stepped = apply_server_update(server_opt, state, pseudo_gradient)
-    return (AdaptiveServerState(*stepped, clip),
-            {"update_norm": optax.tree.norm(pseudo_gradient), "clip_norm": state.clip_norm, "below_fraction": fraction})
 
 
 def _adaptive(settings, local_delta, server_opt, noise_multiplier, expected_clients, client_rate, clients_per_pass,
@@ -203,21 +177,26 @@ def _adaptive(settings, local_delta, server_opt, noise_multiplier, expected_clie
 
     def server(state, summed, ctx):
         delta_sum, bit_sum = summed
-
-        def key(step):  # step 0: the deltas' noise, step 1: the bits'
-            return keys_lib.derive_from_round(ctx.round_key, silo=keys_lib.SERVER, step=step,
-                                              purpose=keys_lib.Purpose.NOISE)
-
-        inverse = 1.0 / jnp.asarray(expected_clients, jnp.float32)
-        noisy = add_gaussian_noise(key(0), delta_sum, update_multiplier * state.clip_norm)
-        mean = jax.tree_util.tree_map(lambda a: a * inverse, noisy)
-        return adaptive_server_step(server_opt, settings, state, mean,
-                                    add_gaussian_noise(key(1), bit_sum, count_stddev), expected_clients)
+        mean = _noisy_mean(ctx.round_key, delta_sum, update_multiplier * state.clip_norm, expected_clients)
+        noisy_bits = add_gaussian_noise(_server_noise_key(ctx.round_key, 1), bit_sum, count_stddev)
+        return adaptive_server_step(server_opt, settings, state, mean, noisy_bits, expected_clients)
 
     return FederatedAlgorithm(init=init,
                               round=make_round(client, server, poisson(client_rate), clients_per_pass=clients_per_pass,
                                                broadcast=lambda state: (state.params, state.clip_norm)),
                               privacy=privacy, name=name)
+
+
+def _server_noise_key(round_key, step):
+    """The server's NOISE key of ``step`` in a round (0: the deltas' noise, 1: adaptive clipping's bits')."""
+    return keys_lib.derive_from_round(round_key, silo=keys_lib.SERVER, step=step, purpose=keys_lib.Purpose.NOISE)
+
+
+def _noisy_mean(round_key, summed, std, expected_clients):
+    """The sum of clipped deltas plus ``N(0, std^2)`` (step 0's key) over the public ``expected_clients``."""
+    noisy = add_gaussian_noise(_server_noise_key(round_key, 0), summed, std)
+    inverse = 1.0 / jnp.asarray(expected_clients, jnp.float32)  # reciprocal: see privacy/noise.py
+    return jax.tree_util.tree_map(lambda a: a * inverse, noisy)
 
 
 def _client_rate(participation, client_rate):

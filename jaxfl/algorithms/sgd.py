@@ -13,8 +13,8 @@ import numpy as np
 import optax
 
 from jaxfl import checks
-from jaxfl.algorithms.common import (check_private_args, init_server, mean_server, per_round_silo_privacy,
-                                    per_silo_noise, sampled_silo_privacy)
+from jaxfl.algorithms.common import (AdaptiveServerState, adaptive_server_step, check_private_args, init_server,
+                                    mean_server, per_round_silo_privacy, per_silo_noise, sampled_silo_privacy)
 from jaxfl.engine import local
 from jaxfl.engine.participation import argument as participation_argument, resolve
 from jaxfl.engine.protocol import FederatedAlgorithm, PerRound
@@ -192,8 +192,6 @@ def dp_sgd(loss_fn, *, optimizer: optax.GradientTransformation, expected_batch_s
 def _adaptive_dp_sgd(loss_fn, settings, optimizer, expected_batch_size, num_records, noise_multiplier, microbatch,
                      chunk):
     """:func:`dp_sgd` whose clip follows a private quantile of the per-example gradient norms."""
-    from jaxfl.algorithms.dp_fedavg import AdaptiveServerState, adaptive_server_step
-
     check_private_args(settings.initial, noise_multiplier)
     count_stddev = adaptive_clipping.count_stddev_for(settings, expected_batch_size)
     update_multiplier = adaptive_clipping.update_noise_multiplier(noise_multiplier, count_stddev)

@@ -279,8 +279,11 @@ def download_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """Where :func:`download` writes: ``data_dir``, else ``$JAXFL_DATA_DIR``, else ``~/.cache/jaxfl``.
 
     Example:
-      >>> download_dir("/data/jaxfl").as_posix()
-      '/data/jaxfl'
+      >>> download_dir("my-data").as_posix()                   # a folder given wins over the environment
+      'my-data'
+      >>> import os
+      >>> os.environ.get(ENV_VAR) is not None or download_dir() == user_cache_dir()
+      True
     """
     if data_dir is not None:
         return Path(data_dir).expanduser()

@@ -97,6 +97,9 @@ def update_noise_multiplier(noise_multiplier, count_stddev):
       ValueError: noise_multiplier=2.0 leaves nothing for the updates: the bits' count_stddev=1.0 alone spends it ...
     """
     if isinstance(noise_multiplier, (int, float)) and isinstance(count_stddev, (int, float)):
+        if not noise_multiplier > 0:
+            raise ValueError(f"adaptive clipping needs noise_multiplier > 0 (the bits are released with noise), "
+                             f"got {noise_multiplier!r}")
         if 2.0 * count_stddev <= noise_multiplier:
             raise ValueError(f"noise_multiplier={noise_multiplier!r} leaves nothing for the updates: the bits' "
                              f"count_stddev={count_stddev!r} alone spends it (need 2 * count_stddev > "

@@ -136,3 +136,8 @@ def test_dp_sgd_adaptive_trains_one_dataset_only():
     two = jaxfl.from_silos([(np.ones((10, 4), np.float32), np.zeros(10, np.float32))] * 2)
     with pytest.raises(ValueError, match="one dataset, got 2 silos"):
         jaxfl.train(_dp_sgd(adaptive_clip(0.5)), two, {"w": jnp.zeros(4)}, rounds=1, progress=False)
+
+
+def test_adaptive_clipping_without_noise_is_refused():
+    with pytest.raises(ValueError, match="needs noise_multiplier > 0"):
+        _algorithm(adaptive_clip(1.0), z=0.0)
